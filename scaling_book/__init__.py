@@ -1,0 +1,1 @@
+"""scaling-book: a verifiers environment built from How To Scale Your Model."""

@@ -1,0 +1,53 @@
+"""Engine and session factory for the item store, and resolution of the database URL.
+
+The URL comes from, in order: the `--db` option, the `SCALING_BOOK_DB` environment variable, and
+the embedded default `sqlite:///<repo>/build/scaling_book.sqlite`. SQLite connections get
+`PRAGMA foreign_keys=ON` (constraints are the static gate), WAL journaling and a busy timeout, so two
+writers (two transfer checks) wait for each other instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from scaling_book.paths import BUILD_DIR
+
+DB_ENV_VAR = "SCALING_BOOK_DB"
+DEFAULT_DB_URL = f"sqlite:///{BUILD_DIR / 'scaling_book.sqlite'}"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
+def resolve_db_url(explicit: str | None = None) -> str:
+    """The database URL: `explicit` if given, else `$SCALING_BOOK_DB`, else the embedded default."""
+    return explicit or os.environ.get(DB_ENV_VAR) or DEFAULT_DB_URL
+
+
+def _on_sqlite_connect(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+    cursor.close()
+
+
+def make_engine(url: str | None = None) -> Engine:
+    """An engine for `url` (resolved by `resolve_db_url`); creates the SQLite file's folder."""
+    url = resolve_db_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+        event.listen(engine, "connect", _on_sqlite_connect)
+        return engine
+    return create_engine(url)
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    """A session factory bound to `engine` (objects stay usable after commit)."""
+    return sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,22 @@
+"""Running the Alembic migrations programmatically (the same ones `alembic upgrade head` runs)."""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.config import Config
+
+from scaling_book.paths import REPO_ROOT
+from scaling_book.store.engine import resolve_db_url
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An Alembic config for `alembic.ini` at the repository root, pointed at `url`."""
+    config = Config(str(REPO_ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
+    config.set_main_option("sqlalchemy.url", resolve_db_url(url).replace("%", "%%"))
+    return config
+
+
+def upgrade_to_head(url: str | None = None) -> None:
+    """Bring the database at `url` to the newest schema (never drops data)."""
+    command.upgrade(alembic_config(url), "head")

@@ -1,0 +1,345 @@
+"""SQLAlchemy 2 models of the item store and the run history.
+
+The table constraints are the static half of the validation gate: a bad row (a NaN target, a
+tolerance of 0 or 1, an unknown grader, an mcq answer that is not one of its item's choices,
+chapter 9) is refused by the database itself, so no code path can skip the gate.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+GRADERS = ("numeric", "numeric_multi", "mcq", "formula", "code")
+PROVENANCES = ("book_stated_fact", "book_worked_problem", "synthesized_from_book")
+TRAIN_CHAPTERS = (1, 2, 3, 4, 5, 6, 7, 8)
+HELDOUT_CHAPTERS = (12,)
+RUN_STATUSES = ("running", "complete", "failed")
+ROLLOUT_STATUSES = ("ok", "error")
+COMPARISONS = ("rel", "exact", "bool")
+
+# Largest finite double: a bound that rejects +-inf (SQLite stores inf as a REAL that compares above it).
+_FINITE_BOUND = "1.7976931348623157e308"
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def _in(column: str, values: tuple) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+def _finite(column: str) -> str:
+    return f"{column} = {column} AND {column} <= {_FINITE_BOUND} AND {column} >= -{_FINITE_BOUND}"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Item(Base):
+    """One question of the dataset (chapter and section of the book it comes from)."""
+
+    __tablename__ = "items"
+    __table_args__ = (
+        CheckConstraint(_in("chapter", TRAIN_CHAPTERS + HELDOUT_CHAPTERS), name="chapter_known"),
+        CheckConstraint(
+            f"(split = 'train' AND {_in('chapter', TRAIN_CHAPTERS)}) OR "
+            f"(split = 'heldout' AND {_in('chapter', HELDOUT_CHAPTERS)})",
+            name="split_matches_chapter",
+        ),
+        CheckConstraint(_in("grader", GRADERS), name="grader_known"),
+        CheckConstraint(_in("provenance", PROVENANCES), name="provenance_known"),
+        CheckConstraint(
+            "tolerance IS NULL OR (tolerance > 0 AND tolerance < 1)", name="tolerance_in_open_unit_interval"
+        ),
+        CheckConstraint(
+            "(grader IN ('numeric', 'numeric_multi') AND tolerance IS NOT NULL) OR grader NOT IN ('numeric', 'numeric_multi')",
+            name="numeric_has_tolerance",
+        ),
+        CheckConstraint("length(question) > 0", name="question_not_empty"),
+        CheckConstraint("length(section) > 0", name="section_not_empty"),
+        CheckConstraint("counterpart_id IS NULL OR split = 'heldout'", name="counterpart_only_heldout"),
+    )
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    chapter: Mapped[int] = mapped_column(Integer)
+    split: Mapped[str] = mapped_column(String(10))
+    section: Mapped[str] = mapped_column(String(200))
+    provenance: Mapped[str] = mapped_column(String(30))
+    grader: Mapped[str] = mapped_column(String(20))
+    question: Mapped[str] = mapped_column(Text)
+    tolerance: Mapped[float | None] = mapped_column(Float)
+    notes: Mapped[str | None] = mapped_column(Text)
+    book_value: Mapped[str | None] = mapped_column(Text)
+    erratum: Mapped[str | None] = mapped_column(Text)
+    counterpart_id: Mapped[str | None] = mapped_column(ForeignKey("items.id"))
+    source_file: Mapped[str] = mapped_column(String(200))
+    content_hash: Mapped[str] = mapped_column(String(64))
+
+    targets: Mapped[list[NumericTarget]] = relationship(
+        back_populates="item", cascade="all, delete-orphan", order_by="NumericTarget.position"
+    )
+    choices: Mapped[list[McqChoice]] = relationship(
+        back_populates="item", cascade="all, delete-orphan", order_by="McqChoice.letter"
+    )
+    mcq_answer: Mapped[McqAnswer | None] = relationship(cascade="all, delete-orphan")
+    formula: Mapped[FormulaAnswer | None] = relationship(cascade="all, delete-orphan")
+    formula_symbols: Mapped[list[FormulaSymbol]] = relationship(
+        cascade="all, delete-orphan", order_by="FormulaSymbol.position"
+    )
+    formula_equivalents: Mapped[list[FormulaEquivalent]] = relationship(
+        cascade="all, delete-orphan", order_by="FormulaEquivalent.position"
+    )
+    code_task: Mapped[CodeTask | None] = relationship(back_populates="item", cascade="all, delete-orphan")
+
+
+class NumericTarget(Base):
+    """A numeric target: one for `numeric`, several in the asked order for `numeric_multi`."""
+
+    __tablename__ = "numeric_targets"
+    __table_args__ = (
+        CheckConstraint(_finite("value"), name="value_finite"),
+        CheckConstraint("position >= 0", name="position_nonnegative"),
+    )
+
+    item_id: Mapped[str] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[float] = mapped_column(Float)
+    unit: Mapped[str] = mapped_column(String(80))
+    expression: Mapped[str] = mapped_column(Text)
+
+    item: Mapped[Item] = relationship(back_populates="targets")
+
+
+class McqChoice(Base):
+    """One lettered choice of an mcq item."""
+
+    __tablename__ = "mcq_choices"
+    __table_args__ = (CheckConstraint("letter IN ('A', 'B', 'C', 'D', 'E', 'F')", name="letter_known"),)
+
+    item_id: Mapped[str] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
+    letter: Mapped[str] = mapped_column(String(1), primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+
+    item: Mapped[Item] = relationship(back_populates="choices")
+
+
+class McqAnswer(Base):
+    """An mcq item's answer letter: a composite foreign key into that item's own choices."""
+
+    __tablename__ = "mcq_answers"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["item_id", "letter"],
+            ["mcq_choices.item_id", "mcq_choices.letter"],
+            name="fk_mcq_answers_choice",
+            ondelete="CASCADE",
+        ),
+    )
+
+    item_id: Mapped[str] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
+    letter: Mapped[str] = mapped_column(String(1))
+
+
+class FormulaAnswer(Base):
+    """The reference expression (or relation) of a formula item."""
+
+    __tablename__ = "formula_answers"
+
+    item_id: Mapped[str] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
+    expression: Mapped[str] = mapped_column(Text)
+
+
+class FormulaSymbol(Base):
+    """A symbol a formula item's answer may use."""
+
+    __tablename__ = "formula_symbols"
+    __table_args__ = (UniqueConstraint("item_id", "name", name="uq_formula_symbols_item_name"),)
+
+    item_id: Mapped[str] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(40))
+
+
+class FormulaEquivalent(Base):
+    """A hand-written accepted form of a formula item's answer."""
+
+    __tablename__ = "formula_equivalents"
+
+    item_id: Mapped[str] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    expression: Mapped[str] = mapped_column(Text)
+
+
+class CodeTask(Base):
+    """An implementation item: the function to write, how results compare, its reference solution."""
+
+    __tablename__ = "code_tasks"
+    __table_args__ = (
+        CheckConstraint(_in("compare", COMPARISONS), name="compare_known"),
+        CheckConstraint(
+            "(compare = 'rel' AND tolerance > 0 AND tolerance < 1) OR (compare != 'rel' AND tolerance IS NULL)",
+            name="rel_has_tolerance",
+        ),
+    )
+
+    item_id: Mapped[str] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
+    function_name: Mapped[str] = mapped_column(String(80))
+    signature: Mapped[str] = mapped_column(Text)
+    docstring: Mapped[str] = mapped_column(Text)
+    compare: Mapped[str] = mapped_column(String(10))
+    tolerance: Mapped[float | None] = mapped_column(Float)
+    reference_module: Mapped[str] = mapped_column(String(200))
+    reference_function: Mapped[str] = mapped_column(String(80))
+    reference_source: Mapped[str] = mapped_column(Text)
+
+    item: Mapped[Item] = relationship(back_populates="code_task")
+    tests: Mapped[list[CodeTestCase]] = relationship(
+        back_populates="task", cascade="all, delete-orphan", order_by="CodeTestCase.position"
+    )
+    baseline: Mapped[Baseline | None] = relationship(cascade="all, delete-orphan")
+
+
+class CodeTestCase(Base):
+    """One test case of a code item: arguments and expected value, both JSON."""
+
+    __tablename__ = "code_test_cases"
+    __table_args__ = (
+        UniqueConstraint("item_id", "position", name="uq_code_test_cases_item_position"),
+        CheckConstraint("position >= 0", name="position_nonnegative"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    item_id: Mapped[str] = mapped_column(ForeignKey("code_tasks.item_id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    args_json: Mapped[str] = mapped_column(Text)
+    expected_json: Mapped[str] = mapped_column(Text)
+
+    task: Mapped[CodeTask] = relationship(back_populates="tests")
+
+
+class Baseline(Base):
+    """The best pass fraction a knowledge-free constant achieves on a code item (measured at build)."""
+
+    __tablename__ = "baselines"
+    __table_args__ = (
+        CheckConstraint("best_fraction >= 0 AND best_fraction < 1", name="no_constant_passes_all"),
+    )
+
+    item_id: Mapped[str] = mapped_column(ForeignKey("code_tasks.item_id", ondelete="CASCADE"), primary_key=True)
+    best_fraction: Mapped[float] = mapped_column(Float)
+    best_constant: Mapped[str] = mapped_column(Text)
+    measured_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class TransferCheck(Base):
+    """One transfer check: a train run and a held-out run of the same model checkpoint."""
+
+    __tablename__ = "transfer_checks"
+    __table_args__ = (CheckConstraint(_in("status", RUN_STATUSES), name="status_known"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model: Mapped[str] = mapped_column(String(200))
+    checkpoint: Mapped[str | None] = mapped_column(String(200))
+    step: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    dataset_hash: Mapped[str] = mapped_column(String(64))
+    sampling_json: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(10))
+    seed: Mapped[int] = mapped_column(Integer)
+    train_accuracy: Mapped[float | None] = mapped_column(Float)
+    train_ci_low: Mapped[float | None] = mapped_column(Float)
+    train_ci_high: Mapped[float | None] = mapped_column(Float)
+    heldout_accuracy: Mapped[float | None] = mapped_column(Float)
+    heldout_ci_low: Mapped[float | None] = mapped_column(Float)
+    heldout_ci_high: Mapped[float | None] = mapped_column(Float)
+    gap_points: Mapped[float | None] = mapped_column(Float)
+    gap_ci_low: Mapped[float | None] = mapped_column(Float)
+    gap_ci_high: Mapped[float | None] = mapped_column(Float)
+    matched_gap_points: Mapped[float | None] = mapped_column(Float)
+    matched_gap_ci_low: Mapped[float | None] = mapped_column(Float)
+    matched_gap_ci_high: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class EvalRun(Base):
+    """One evaluation of a model (checkpoint) on one config. `status` is `complete` only at the end."""
+
+    __tablename__ = "eval_runs"
+    __table_args__ = (
+        CheckConstraint(_in("status", RUN_STATUSES), name="status_known"),
+        CheckConstraint("rollouts_per_item >= 1", name="rollouts_positive"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model: Mapped[str] = mapped_column(String(200))
+    checkpoint: Mapped[str | None] = mapped_column(String(200))
+    step: Mapped[int | None] = mapped_column(Integer)
+    config: Mapped[str] = mapped_column(String(20))
+    rollouts_per_item: Mapped[int] = mapped_column(Integer)
+    sampling_json: Mapped[str] = mapped_column(Text)
+    dataset_hash: Mapped[str] = mapped_column(String(64))
+    grader_version: Mapped[str] = mapped_column(String(40))
+    status: Mapped[str] = mapped_column(String(10))
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+    error: Mapped[str | None] = mapped_column(Text)
+    rescored_from_run_id: Mapped[int | None] = mapped_column(ForeignKey("eval_runs.id"))
+    transfer_check_id: Mapped[int | None] = mapped_column(ForeignKey("transfer_checks.id"))
+
+    rollouts: Mapped[list[RolloutResult]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", order_by="RolloutResult.id"
+    )
+
+
+class RolloutResult(Base):
+    """One rollout of one item in an eval run, with its rewards, metrics and the grader's reason.
+
+    No foreign key to `items`: run history outlives item edits; `item_content_hash` says which
+    version of the item the rollout answered.
+    """
+
+    __tablename__ = "rollout_results"
+    __table_args__ = (
+        UniqueConstraint("run_id", "item_id", "rollout_index", name="uq_rollout_results_run_item_rollout"),
+        CheckConstraint(_in("status", ROLLOUT_STATUSES), name="status_known"),
+        CheckConstraint("correctness >= 0 AND correctness <= 1", name="correctness_in_unit_interval"),
+        CheckConstraint("exact IN (0, 1)", name="exact_binary"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("eval_runs.id", ondelete="CASCADE"), index=True)
+    item_id: Mapped[str] = mapped_column(String(80), index=True)
+    item_content_hash: Mapped[str] = mapped_column(String(64))
+    grader: Mapped[str] = mapped_column(String(20))
+    split: Mapped[str] = mapped_column(String(10))
+    rollout_index: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(10))
+    correctness: Mapped[float] = mapped_column(Float)
+    format: Mapped[float] = mapped_column(Float)
+    exact: Mapped[int] = mapped_column(Integer)
+    reward: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text)
+    response: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+
+    run: Mapped[EvalRun] = relationship(back_populates="rollouts")
