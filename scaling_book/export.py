@@ -1,0 +1,230 @@
+"""Store -> Hugging Face datasets on disk, one per config, with a dataset card.
+
+Layout of the export folder (default `build/export`):
+
+    README.md                     dataset card; its YAML header declares the configs
+    manifest.json                 per-config item count and dataset hash (sha256 of item content hashes)
+    <config>/items.parquet        one file per config
+
+so that `datasets.load_dataset("build/export", "<config>", split="train")` loads a config. (The
+Hugging Face split name is always `train`, the library's default; this project's own train/held-out
+split is the config and each row's `info["split"]`.) The export is reproducible: the same seed gives
+byte-identical files. It is written to a temporary folder and moved into place only when complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from scaling_book.store.items import all_items
+from scaling_book.store.models import Item
+
+CONFIGS: dict[str, str] = {
+    "qa": "chapters 1-8, question-answer",
+    "code": "chapters 1-8, implementation",
+    "train": "qa + code: the whole in-distribution half",
+    "heldout_qa": "chapter 12, question-answer, GPU hardware",
+    "heldout_code": "chapter 12, implementation, GPU hardware",
+    "heldout": "both held-out configs",
+    "all": "everything",
+}
+
+
+def config_members(config: str, split: str, kind: str) -> bool:
+    """Whether an item of `split` ("train"|"heldout") and `kind` ("qa"|"code") belongs to `config`."""
+    return {
+        "qa": split == "train" and kind == "qa",
+        "code": split == "train" and kind == "code",
+        "train": split == "train",
+        "heldout_qa": split == "heldout" and kind == "qa",
+        "heldout_code": split == "heldout" and kind == "code",
+        "heldout": split == "heldout",
+        "all": True,
+    }[config]
+
+
+def _features():
+    from datasets import Features, Sequence, Value
+
+    return Features({
+        "id": Value("string"),
+        "prompt": [{"role": Value("string"), "content": Value("string")}],
+        "question": Value("string"),
+        "answer": Value("string"),
+        "info": {
+            "item_id": Value("string"),
+            "chapter": Value("int32"),
+            "section": Value("string"),
+            "provenance": Value("string"),
+            "grader": Value("string"),
+            "split": Value("string"),
+            "kind": Value("string"),
+            "content_hash": Value("string"),
+            "tolerance": Value("float64"),
+            "targets": Sequence(Value("float64")),
+            "units": Sequence(Value("string")),
+            "choices": Value("string"),
+            "answer_letter": Value("string"),
+            "formula_answer": Value("string"),
+            "formula_symbols": Sequence(Value("string")),
+            "formula_equivalents": Sequence(Value("string")),
+            "code_function": Value("string"),
+            "code_signature": Value("string"),
+            "code_compare": Value("string"),
+            "code_tests": Value("string"),
+            "code_baseline": Value("float64"),
+            "counterpart": Value("string"),
+        },
+    })
+
+
+def render_question(item: Item) -> str:
+    """The user message of an item: the question plus what its grader needs the model to know."""
+    text = item.question
+    if item.grader == "mcq":
+        text += "\n\n" + "\n".join(f"{c.letter}. {c.text}" for c in item.choices)
+    elif item.grader == "formula":
+        names = ", ".join(s.name for s in item.formula_symbols)
+        text += f"\n\nWrite the answer as an expression using only these symbols: {names}."
+    elif item.grader == "code":
+        task = item.code_task
+        doc = "\n".join(("    " + line) if line.strip() else "" for line in task.docstring.strip().splitlines())
+        text += f"\n\n```python\n{task.signature}\n    \"\"\"\n{doc}\n    \"\"\"\n```"
+    return text
+
+
+def render_answer(item: Item) -> str:
+    """The canonical answer as text (what a correct response puts in its answer block)."""
+    if item.grader in ("numeric", "numeric_multi"):
+        return ", ".join(f"{t.value:.6g}" for t in item.targets)
+    if item.grader == "mcq":
+        return item.mcq_answer.letter
+    if item.grader == "formula":
+        return item.formula.expression
+    return f"{item.code_task.reference_function} (reference solution in seed/{item.code_task.reference_module})"
+
+
+def item_record(item: Item, system_prompt: str) -> dict[str, Any]:
+    """One exported row: id, prompt messages, question, answer and the grader's `info`."""
+    task = item.code_task
+    question = render_question(item)
+    return {
+        "id": item.id,
+        "prompt": [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}],
+        "question": question,
+        "answer": render_answer(item),
+        "info": {
+            "item_id": item.id,
+            "chapter": item.chapter,
+            "section": item.section,
+            "provenance": item.provenance,
+            "grader": item.grader,
+            "split": item.split,
+            "kind": "code" if item.grader == "code" else "qa",
+            "content_hash": item.content_hash,
+            "tolerance": task.tolerance if task is not None else item.tolerance,
+            "targets": [t.value for t in item.targets],
+            "units": [t.unit for t in item.targets],
+            "choices": json.dumps({c.letter: c.text for c in item.choices}) if item.choices else "",
+            "answer_letter": item.mcq_answer.letter if item.mcq_answer else "",
+            "formula_answer": item.formula.expression if item.formula else "",
+            "formula_symbols": [s.name for s in item.formula_symbols],
+            "formula_equivalents": [e.expression for e in item.formula_equivalents],
+            "code_function": task.function_name if task else "",
+            "code_signature": task.signature if task else "",
+            "code_compare": task.compare if task else "",
+            "code_tests": json.dumps(
+                [{"args": json.loads(t.args_json), "expected": json.loads(t.expected_json)} for t in task.tests]
+            ) if task else "",
+            "code_baseline": task.baseline.best_fraction if task and task.baseline else 0.0,
+            "counterpart": item.counterpart_id or "",
+        },
+    }
+
+
+def dataset_hash(content_hashes: list[str]) -> str:
+    """sha256 over the sorted item content hashes: equal exactly when the items are equal."""
+    return hashlib.sha256("\n".join(sorted(content_hashes)).encode()).hexdigest()
+
+
+def _card(manifest: dict[str, Any], items: list[Item]) -> str:
+    chapters = Counter(item.chapter for item in items)
+    lines = [
+        "---",
+        "license: mit",
+        "language:",
+        "- en",
+        "pretty_name: scaling-book",
+        "configs:",
+    ]
+    for config in CONFIGS:
+        lines += [f"- config_name: {config}", "  data_files:", "  - split: train", f"    path: {config}/*.parquet"]
+    lines += [
+        "---",
+        "",
+        "# scaling-book",
+        "",
+        "Questions and implementation tasks built from *How To Scale Your Model* (Google DeepMind, MIT",
+        "license): rooflines, arithmetic intensity, collectives, sharding, transformer and inference",
+        "arithmetic. Chapters 1-8 (TPUs) are the in-distribution half; chapter 12 (GPUs) is the held-out",
+        "half: the same method on different hardware. Every item names its chapter, section and",
+        "provenance; numeric targets were computed by the build from the book's stated inputs, and every",
+        "implementation task's reference solution passed all its test cases before this export was written.",
+        "",
+        "| config | contents | items | dataset hash |",
+        "|---|---|---|---|",
+    ]
+    for config, description in CONFIGS.items():
+        entry = manifest["configs"][config]
+        lines.append(f"| `{config}` | {description} | {entry['items']} | `{entry['dataset_hash'][:12]}` |")
+    lines += ["", "Items per chapter: " + ", ".join(f"ch{c} {n}" for c, n in sorted(chapters.items())), "",
+              "Load with `datasets.load_dataset(<this folder>, \"<config>\", split=\"train\")`.", ""]
+    return "\n".join(lines)
+
+
+def export(session: Session, out_dir: Path) -> dict[str, Any]:
+    """Write every config of the store's items to `out_dir` (replaced atomically); return the manifest."""
+    from datasets import Dataset
+
+    from scaling_book.prompting import SYSTEM_PROMPT
+
+    items = all_items(session)
+    records = [(item, item_record(item, SYSTEM_PROMPT)) for item in items]
+    features = _features()
+    manifest: dict[str, Any] = {"configs": {}}
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir.parent))
+    try:
+        for config in CONFIGS:
+            members = [(item, row) for item, row in records
+                       if config_members(config, item.split, "code" if item.grader == "code" else "qa")]
+            rows = [row for _, row in members]
+            (staging / config).mkdir()
+            Dataset.from_list(rows, features=features).to_parquet(str(staging / config / "items.parquet"))
+            manifest["configs"][config] = {
+                "items": len(rows),
+                "dataset_hash": dataset_hash([item.content_hash for item, _ in members]),
+            }
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        (staging / "README.md").write_text(_card(manifest, items))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staging.rename(out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return manifest
+
+
+def read_manifest(out_dir: Path) -> dict[str, Any]:
+    """The manifest of an export folder (raises FileNotFoundError if there is no export)."""
+    return json.loads((Path(out_dir) / "manifest.json").read_text())

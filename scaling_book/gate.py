@@ -1,0 +1,141 @@
+"""The executable half of the validation gate.
+
+The store's constraints already refused every statically bad row (ids, provenance, finite targets,
+tolerances, mcq answers among the item's choices). The gate runs what a constraint cannot:
+
+5. every formula answer and declared equivalent vets and parses under the formula grader's parser;
+6. every code item's reference solution, run in the sandbox like a model's submission, passes every
+   one of its test cases;
+7. no knowledge-free constant passes all of a code item's tests; the best fraction one passes is
+   stored as the item's baseline (the code grader subtracts it).
+
+`run_gate(session)` writes the baselines into the caller's transaction and returns a `GateReport`;
+it raises `GateError` naming every failing item and field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy.orm import Session
+
+from scaling_book.store.items import all_items
+from scaling_book.store.models import Baseline, Item
+
+REFERENCE_TIMEOUT_S = 20.0
+GATE_WORKERS = 4
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    """One failed executable check: the item, the field, what went wrong."""
+
+    source_file: str
+    item_id: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source_file}, item {self.item_id}, field {self.field}: {self.message}"
+
+
+class GateError(Exception):
+    """Raised with every `GateFailure` of a gate run; nothing may be exported."""
+
+    def __init__(self, failures: list[GateFailure]):
+        self.failures = failures
+        super().__init__("\n".join(str(f) for f in failures))
+
+
+@dataclass
+class GateReport:
+    """What the gate checked: counts, the sandbox mode, and each code item's baseline."""
+
+    formulas_checked: int = 0
+    references_run: int = 0
+    test_cases_run: int = 0
+    isolation_mode: str = ""
+    baselines: dict[str, tuple[float, str]] = field(default_factory=dict)
+    reference_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _check_formula(item: Item) -> list[GateFailure]:
+    from scaling_book.graders.formula import FormulaError, check_parses
+
+    symbols = [s.name for s in item.formula_symbols]
+    failures = []
+    candidates = [("answer", item.formula.expression)] + [
+        (f"equivalents[{e.position}]", e.expression) for e in item.formula_equivalents
+    ]
+    for field_name, expression in candidates:
+        try:
+            check_parses(expression, symbols)
+        except FormulaError as exc:
+            failures.append(GateFailure(item.source_file, item.id, field_name, f"does not parse: {exc}"))
+    return failures
+
+
+def _check_code(item: Item) -> tuple[list[GateFailure], tuple[float, str] | None, float, int]:
+    from scaling_book.graders.code import knowledge_free_baseline, test_passes
+    from scaling_book.sandbox import run_function
+
+    task = item.code_task
+    tests = [{"args": json.loads(t.args_json), "expected": json.loads(t.expected_json)} for t in task.tests]
+    result = run_function(task.reference_source, task.reference_function, [t["args"] for t in tests],
+                          REFERENCE_TIMEOUT_S)
+    failures: list[GateFailure] = []
+    if result.status != "ok":
+        failures.append(GateFailure(item.source_file, item.id, "reference",
+                                    f"reference solution {task.reference_function} did not run: "
+                                    f"{result.status}: {result.detail}"))
+    else:
+        passes = test_passes(result.values, tests, task.compare, task.tolerance)
+        for position, (passed, test, value) in enumerate(zip(passes, tests, result.values or [], strict=False)):
+            if not passed:
+                failures.append(GateFailure(item.source_file, item.id, f"test[{position}]",
+                                            f"reference returned {value!r}, expected {test['expected']!r}"))
+        if len(passes) < len(tests) or not all(passes):
+            if not failures:
+                failures.append(GateFailure(item.source_file, item.id, "test", "reference did not pass every test"))
+    best_fraction, best_constant = knowledge_free_baseline(tests, task.compare, task.tolerance)
+    if best_fraction >= 1.0:
+        failures.append(GateFailure(item.source_file, item.id, "test",
+                                    f"the knowledge-free constant {best_constant} passes every test"))
+    return failures, (best_fraction, best_constant), result.duration_s, len(tests)
+
+
+def run_gate(session: Session, on_progress: Callable[[str], None] | None = None) -> GateReport:
+    """Run checks 5-7 over every item in the store; store baselines; raise `GateError` on any failure."""
+    from scaling_book.sandbox import isolation_mode
+
+    items = all_items(session)
+    report = GateReport(isolation_mode=isolation_mode())
+    failures: list[GateFailure] = []
+    for item in items:
+        if item.grader == "formula":
+            failures.extend(_check_formula(item))
+            report.formulas_checked += 1
+    code_items = [item for item in items if item.grader == "code"]
+    with ThreadPoolExecutor(max_workers=GATE_WORKERS) as pool:
+        for item, (item_failures, baseline, seconds, n_tests) in zip(
+            code_items, pool.map(_check_code, code_items), strict=True
+        ):
+            failures.extend(item_failures)
+            report.references_run += 1
+            report.test_cases_run += n_tests
+            report.reference_seconds[item.id] = seconds
+            if on_progress:
+                on_progress(item.id)
+            if baseline is not None and baseline[0] < 1.0:
+                report.baselines[item.id] = baseline
+                item.code_task.baseline = Baseline(
+                    best_fraction=baseline[0], best_constant=baseline[1], measured_at=datetime.now(UTC)
+                )
+    if failures:
+        raise GateError(failures)
+    session.flush()
+    return report

@@ -1,0 +1,138 @@
+"""The seed loader: targets are computed from named constants, and every malformed input is reported
+with its file, item id and field."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from scaling_book.paths import SEED_DIR
+from scaling_book.seed_loader import SeedError, load_seed
+
+GOOD_NUMERIC = '''
+[[item]]
+id = "ch01-intensity"
+section = "Matrix multiplication"
+provenance = "book_stated_fact"
+grader = "numeric"
+question = "What is the critical intensity? Give FLOPs/byte."
+target = "tpu_v5e.bf16_flops_per_s / tpu_v5e.hbm_bytes_per_s_as_in_ch1"
+tolerance = 0.02
+unit = "FLOPs/byte"
+'''
+
+
+@pytest.fixture
+def seed(tmp_path: Path) -> Path:
+    shutil.copy(SEED_DIR / "hardware.toml", tmp_path / "hardware.toml")
+    shutil.copy(SEED_DIR / "derive.py", tmp_path / "derive.py")
+    (tmp_path / "reference_solutions").mkdir()
+    return tmp_path
+
+
+def _write(seed: Path, body: str, name: str = "ch01_roofline.toml", chapter: int = 1) -> None:
+    (seed / name).write_text(f"chapter = {chapter}\n{body}")
+
+
+def _issues(seed: Path) -> list[str]:
+    with pytest.raises(SeedError) as info:
+        load_seed(seed)
+    return [str(issue) for issue in info.value.issues]
+
+
+def test_target_is_evaluated_from_named_constants(seed: Path) -> None:
+    _write(seed, GOOD_NUMERIC)
+    [item] = load_seed(seed)
+    assert item.targets == [pytest.approx(1.97e14 / 8.2e11)]
+    assert item.split == "train" and item.kind == "qa"
+
+
+def test_given_inputs_are_usable_in_targets(seed: Path) -> None:
+    _write(seed, GOOD_NUMERIC.replace('target = "tpu_v5e.bf16_flops_per_s / tpu_v5e.hbm_bytes_per_s_as_in_ch1"',
+                                      'given = { B = 512, D = "2 * B" }\ntarget = "B * D"'))
+    [item] = load_seed(seed)
+    assert item.targets == [512 * 1024]
+
+
+def test_unknown_constant_names_file_item_and_field(seed: Path) -> None:
+    _write(seed, GOOD_NUMERIC.replace("tpu_v5e.bf16_flops_per_s", "tpu_v5e.bf17_flops_per_s"))
+    [message] = _issues(seed)
+    assert message.startswith("ch01_roofline.toml, item ch01-intensity, field target: cannot evaluate")
+
+
+@pytest.mark.parametrize(("replace", "by", "field"), [
+    ('tolerance = 0.02', 'tolerance = 1.0', "tolerance"),
+    ('tolerance = 0.02', 'tolerance = 0', "tolerance"),
+    ('provenance = "book_stated_fact"', 'provenance = "vibes"', "provenance"),
+    ('target = "tpu_v5e.bf16_flops_per_s / tpu_v5e.hbm_bytes_per_s_as_in_ch1"', 'target = "float(\'nan\')"', "target"),
+    ('target = "tpu_v5e.bf16_flops_per_s / tpu_v5e.hbm_bytes_per_s_as_in_ch1"', 'target = "1e308 * 10"', "target"),
+    ('unit = "FLOPs/byte"', 'unit = "FLOPs/byte"\ncolour = "red"', "colour"),
+])
+def test_bad_field_is_reported_by_name(seed: Path, replace: str, by: str, field: str) -> None:
+    _write(seed, GOOD_NUMERIC.replace(replace, by))
+    messages = _issues(seed)
+    assert any(m.startswith(f"ch01_roofline.toml, item ch01-intensity, field {field}:") for m in messages), messages
+
+
+def test_mcq_answer_outside_choices_is_reported(seed: Path) -> None:
+    _write(seed, '''
+[[item]]
+id = "ch01-which"
+section = "Matrix multiplication"
+provenance = "book_stated_fact"
+grader = "mcq"
+question = "Which?"
+choices = { A = "one", B = "two" }
+answer = "C"
+''')
+    [message] = _issues(seed)
+    assert message.startswith("ch01_roofline.toml, item ch01-which, field answer:")
+
+
+def test_duplicate_id_across_files_is_reported(seed: Path) -> None:
+    _write(seed, GOOD_NUMERIC)
+    _write(seed, GOOD_NUMERIC, name="ch01_roofline_more.toml")
+    messages = _issues(seed)
+    assert any("ch01-intensity, field id: duplicate id" in m for m in messages)
+
+
+def test_chapter_9_file_is_refused(seed: Path) -> None:
+    _write(seed, GOOD_NUMERIC.replace("ch01-", "ch09-"), name="ch09_profiling.toml", chapter=9)
+    [message] = _issues(seed)
+    assert message.startswith("ch09_profiling.toml, field chapter: chapter 9 is not an item source")
+
+
+def test_malformed_toml_names_the_file(seed: Path) -> None:
+    (seed / "ch02_tpus.toml").write_text("chapter = 2\n[[item]\nid = ")
+    [message] = _issues(seed)
+    assert message.startswith("ch02_tpus.toml: not valid TOML")
+
+
+def test_code_item_needs_three_tests_and_a_reference(seed: Path) -> None:
+    _write(seed, '''
+[[item]]
+id = "ch01-code"
+section = "Matrix multiplication"
+provenance = "book_stated_fact"
+grader = "code"
+question = "Write it."
+function = "f"
+signature = "def f(x: float) -> float:"
+docstring = "x in bytes; returns seconds."
+reference = "f_ref"
+compare = "exact"
+[[item.test]]
+args = [1]
+expected = 2
+''')
+    messages = _issues(seed)
+    assert any(m.startswith("ch01_roofline.toml, item ch01-code, field reference: no module") for m in messages)
+    assert any(m.startswith("ch01_roofline.toml, item ch01-code, field test: needs at least 3") for m in messages)
+
+
+def test_heldout_item_needs_a_train_counterpart(seed: Path) -> None:
+    _write(seed, GOOD_NUMERIC.replace("ch01-", "ch12-"), name="ch12_gpus.toml", chapter=12)
+    messages = _issues(seed)
+    assert any(m.startswith("ch12_gpus.toml, item ch12-intensity, field counterpart:") for m in messages)
