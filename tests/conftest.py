@@ -22,3 +22,27 @@ def session_factory(db_url: str):
     engine = make_engine(db_url)
     yield make_session_factory(engine)
     engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> dict:
+    """A full build of the real seed/ into a throwaway store and export folder (once per test session).
+
+    Returns {"db_url", "export_dir", "report"}. Tests that need exported rows use this rather than
+    the developer's build/ folder, so `pytest` works on a fresh clone.
+    """
+    from scaling_book.build import build
+
+    root = tmp_path_factory.mktemp("built")
+    db_url = f"sqlite:///{root / 'store.sqlite'}"
+    export_dir = root / "export"
+    report = build(db_url, export_dir=export_dir)
+    return {"db_url": db_url, "export_dir": export_dir, "report": report}
+
+
+@pytest.fixture(scope="session")
+def exported_rows(built) -> list[dict]:
+    """Every exported row of config `all`, loaded through `datasets` as the taskset loads it."""
+    from datasets import load_dataset
+
+    return list(load_dataset(str(built["export_dir"]), "all", split="train"))
