@@ -145,6 +145,174 @@ def eval_command(
     console.print(f"run {summary.run_id} complete: {summary.n_rollouts} rollouts in {summary.seconds:.1f} s")
 
 
+def _fmt_interval(low: float | None, high: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    if low is None or high is None:
+        return "-"
+    return f"[{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
+
+
+@app.command("transfer-check")
+def transfer_check_command(
+    model: Annotated[str, typer.Option("--model", "-m", help="Model name sent to the endpoint.")],
+    base_url: Annotated[str, typer.Option("--base-url", help="OpenAI-compatible base URL.")],
+    api_key_var: Annotated[str, typer.Option("--api-key-var", help="Environment variable holding the API key.")] = "OPENAI_API_KEY",
+    rollouts: Annotated[int, typer.Option("--rollouts", "-r", min=1, help="Rollouts per item.")] = 4,
+    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint label.")] = None,
+    step: Annotated[Optional[int], typer.Option("--step", help="Training step of the checkpoint.")] = None,
+    max_concurrent: Annotated[int, typer.Option("--max-concurrent", min=1, help="Rollouts in flight at once.")] = 8,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
+    db: DbOption = None,
+    export_from: ExportOption = None,
+) -> None:
+    """Evaluate train and heldout, store both runs under one transfer check, print the gap.
+
+    Prints each half's exact accuracy (items, rollouts, 95% interval), the gap in points, a per-grader
+    table and the matched-grader gap (held-out reweighted to the train grader mix). A check in which any
+    rollout failed is stored as failed (exit 3) and stays out of the history views.
+    """
+    from scaling_book.run_eval import EvalRequest, MissingExport
+    from scaling_book.transfer_check import run_transfer_check
+
+    request = EvalRequest(model=model, base_url=base_url, api_key_var=api_key_var, config="train",
+                          rollouts_per_item=rollouts, checkpoint=checkpoint, step=step,
+                          max_concurrent=max_concurrent, export_dir=export_dir(export_from))
+    started = time.perf_counter()
+    try:
+        result = run_transfer_check(request, db_url=db, seed=seed, console=err)
+    except MissingExport as exc:
+        err.print(f"[bold red]{exc}[/bold red]")
+        raise typer.Exit(EXIT_MISSING) from None
+    if result.status != "complete":
+        err.print(f"[bold red]transfer check {result.transfer_check_id} failed:[/bold red] {result.error}",
+                  highlight=False)
+        raise typer.Exit(EXIT_EVAL_FAILED)
+    report = result.report
+    halves = Table(title=f"transfer check {result.transfer_check_id}: {model}"
+                   + (f" @ {checkpoint}" if checkpoint else "") + (f" (step {step})" if step is not None else ""),
+                   title_justify="left")
+    for column in ("half", "run", "items", "rollouts", "exact accuracy", "95% interval"):
+        halves.add_column(column, justify="left" if column == "half" else "right")
+    halves.add_row("train", str(result.runs["train"].run_id), str(report.train_items), str(report.train_rollouts),
+                   f"{100 * report.train_accuracy:.1f}%", _fmt_interval(*astuple_interval(report.train_interval), 100))
+    halves.add_row("heldout", str(result.runs["heldout"].run_id), str(report.heldout_items),
+                   str(report.heldout_rollouts), f"{100 * report.heldout_accuracy:.1f}%",
+                   _fmt_interval(*astuple_interval(report.heldout_interval), 100))
+    console.print(halves)
+    graders = Table(title="per grader (exact accuracy)", title_justify="left")
+    for column in ("grader", "train items", "train", "heldout items", "heldout", "in"):
+        graders.add_column(column, justify="left" if column in ("grader", "in") else "right")
+    for row in report.per_grader:
+        graders.add_row(row.grader, str(row.train_items),
+                        "-" if row.train_accuracy is None else f"{100 * row.train_accuracy:.1f}%",
+                        str(row.heldout_items),
+                        "-" if row.heldout_accuracy is None else f"{100 * row.heldout_accuracy:.1f}%", row.status)
+    console.print(graders)
+    console.print(f"gap (train - heldout): [bold]{report.gap_points:+.1f} points[/bold] "
+                  f"95% {_fmt_interval(*astuple_interval(report.gap_interval))}")
+    if report.matched_gap_points is None:
+        console.print("matched-grader gap: none (no grader is present in both halves)")
+    else:
+        console.print(f"matched-grader gap: [bold]{report.matched_gap_points:+.1f} points[/bold] "
+                      f"95% {_fmt_interval(*astuple_interval(report.matched_gap_interval))}")
+    for grader, status in report.unmatched.items():
+        console.print(f"  grader {grader} is in the {status.replace(' only', '')} half only: "
+                      "left out of the matched-grader gap")
+    console.print(f"took {time.perf_counter() - started:.1f} s (bootstrap seed {seed})")
+
+
+def astuple_interval(interval) -> tuple[float | None, float | None]:
+    return (None, None) if interval is None else (interval.low, interval.high)
+
+
+@app.command()
+def history(
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Only this model's checkpoints.")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of accuracy and gap against step.")] = None,
+    db: DbOption = None,
+) -> None:
+    """The table of completed transfer checks (step, train, held-out, gap, matched gap, intervals)."""
+    from scaling_book.history import plot_history, transfer_history
+    from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
+
+    upgrade_to_head(db)
+    engine = make_engine(db)
+    rows = transfer_history(make_session_factory(engine), model)
+    engine.dispose()
+    if not rows:
+        err.print("no completed transfer checks" + (f" for model {model}" if model else ""))
+        raise typer.Exit(EXIT_MISSING)
+    table = Table(title="transfer checks", title_justify="left")
+    for column in ("id", "model", "checkpoint", "step", "train", "heldout", "gap (pts)", "gap 95%",
+                   "matched (pts)", "matched 95%"):
+        table.add_column(column, justify="left" if column in ("model", "checkpoint") else "right")
+    for r in rows:
+        table.add_row(str(r.transfer_check_id), r.model, r.checkpoint or "-", "-" if r.step is None else str(r.step),
+                      f"{100 * r.train_accuracy:.1f}% {_fmt_interval(*r.train_ci, 100, 0)}",
+                      f"{100 * r.heldout_accuracy:.1f}% {_fmt_interval(*r.heldout_ci, 100, 0)}",
+                      f"{r.gap_points:+.1f}", _fmt_interval(*r.gap_ci),
+                      "-" if r.matched_gap_points is None else f"{r.matched_gap_points:+.1f}",
+                      _fmt_interval(*r.matched_gap_ci))
+    console.print(table)
+    if plot is not None:
+        plot_history(rows, plot)
+        console.print(f"plot written to {plot}")
+
+
+@app.command()
+def compare(
+    run_a: Annotated[int, typer.Argument(help="Id of the first (earlier) run.")],
+    run_b: Annotated[int, typer.Argument(help="Id of the second run.")],
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the paired bootstrap.")] = 0,
+    db: DbOption = None,
+) -> None:
+    """Paired per-item comparison of two runs: items that flipped each way and the difference (B - A)."""
+    from scaling_book.history import compare_runs
+    from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
+
+    upgrade_to_head(db)
+    engine = make_engine(db)
+    try:
+        result = compare_runs(make_session_factory(engine), run_a, run_b, seed=seed)
+    except (LookupError, ValueError) as exc:
+        err.print(f"[bold red]cannot compare:[/bold red] {exc}")
+        raise typer.Exit(EXIT_MISSING) from None
+    finally:
+        engine.dispose()
+    console.print(f"runs {run_a} -> {run_b}: {result.common_items} common items; "
+                  f"difference {result.difference_points:+.1f} points, paired 95% {_fmt_interval(*result.interval)}")
+    console.print(f"right in {run_b} only ({len(result.gained)}): {', '.join(result.gained) or '-'}")
+    console.print(f"right in {run_a} only ({len(result.lost)}): {', '.join(result.lost) or '-'}")
+    if result.changed_items:
+        console.print(f"[yellow]not compared, item changed between the runs ({len(result.changed_items)}):[/yellow] "
+                      + ", ".join(result.changed_items))
+    for label, ids in ((f"only in run {run_a}", result.only_in_a), (f"only in run {run_b}", result.only_in_b)):
+        if ids:
+            console.print(f"{label} ({len(ids)}): {', '.join(ids)}")
+
+
+@app.command()
+def rescore(
+    run: Annotated[int, typer.Argument(help="Id of the stored run to re-grade.")],
+    code_timeout: Annotated[float, typer.Option("--code-timeout", help="Wall-clock limit per code submission, seconds.")] = 20.0,
+    no_code_execution: Annotated[bool, typer.Option("--no-code-execution", help="Score code items 0 without running them.")] = False,
+    db: DbOption = None,
+    export_from: ExportOption = None,
+) -> None:
+    """Re-grade a stored run's responses with the current graders (no model call) into a new run."""
+    from scaling_book.rescore import RescoreError, rescore_run
+
+    try:
+        result = rescore_run(run, export_dir(export_from), db_url=db, code_timeout_s=code_timeout,
+                             allow_code_execution=not no_code_execution)
+    except RescoreError as exc:
+        err.print(f"[bold red]cannot rescore:[/bold red] {exc}")
+        raise typer.Exit(EXIT_CONTENT) from None
+    console.print(f"run {result.new_run_id} ({result.status}) rescored from run {result.source_run_id} with "
+                  f"graders {result.grader_version}: {result.rollouts} rollouts, {result.changed_exact} changed exact")
+    if result.status != "complete":
+        raise typer.Exit(EXIT_EVAL_FAILED)
+
+
 def _check_config(config: str) -> None:
     from scaling_book.export import CONFIGS
 

@@ -1,0 +1,372 @@
+"""Answer extraction: one rule for every grader, applied before any scoring.
+
+The rule (stated to the model in ``scaling_book.prompting.SYSTEM_PROMPT``):
+
+1. Reasoning blocks (``<think>...</think>``) are dropped.
+2. **The final answer is the content of the last ``<answer>...</answer>`` block** (tags matched without
+   regard to case). No block, or an empty one: no answer. There is no fallback to "the last number in
+   the text": a response that does not follow the format has not answered.
+3. **Code is the content of the last fenced block tagged ``python`` (or ``py``)** anywhere in the
+   response, inside or outside the answer block.
+
+Numbers inside an answer are read by ``parse_number`` in this priority order, each step documented
+where it happens: clean-up of markup (markdown emphasis, LaTeX wrappers such as ``\\boxed{}``,
+``\\text{}``, ``$...$``), Unicode minus and dashes, approximation markers; then scientific notation in
+every written form (``1.5e12``, ``1.5E+12``, ``1.5×10^12``, ``1.5 x 10^12``, ``1.5 \\times 10^{12}``,
+``1.5*10**12``, ``10^{12}``, ``10¹²``); thousands separators (``1,000,000``, thin or no-break spaces,
+``1{,}000``); number words (``thousand`` ... ``quadrillion``); percent; then the unit text after the
+number. Unit words are stripped, magnitude prefixes are not: ``0.24 kFLOPs/byte`` for a question asked
+in FLOPs/byte, or ``2500 MB/s`` for one asked in GB/s, fails with a reason rather than being read as
+``0.24`` or ``2500``. Several different numbers ("12 or 13", "12-13"), non-finite values and
+anything unparseable fail closed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "NumberParse",
+    "extract_answer",
+    "extract_code",
+    "strip_markup",
+    "parse_number",
+    "parse_numbers",
+    "split_values",
+]
+
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_CODE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.S | re.I)
+
+
+def _drop_reasoning(response: str) -> str:
+    return _THINK.sub("", response or "")
+
+
+def extract_answer(response: str | None) -> str | None:
+    """The stripped content of the last ``<answer>...</answer>`` block, or None (none, or empty)."""
+    text = _drop_reasoning(response or "")
+    blocks = _ANSWER.findall(text)
+    if not blocks:
+        return None
+    content = blocks[-1].strip()
+    return content or None
+
+
+def extract_code(response: str | None) -> str | None:
+    """The content of the last fenced ```python block, or None."""
+    text = _drop_reasoning(response or "")
+    blocks = _CODE.findall(text)
+    if not blocks:
+        return None
+    code = blocks[-1]
+    return code if code.strip() else None
+
+
+# --------------------------------------------------------------------------------------------------
+# Markup clean-up (shared by the numeric, mcq and formula graders)
+# --------------------------------------------------------------------------------------------------
+
+_LATEX_WRAPPERS = re.compile(
+    r"\\(?:boxed|text|textrm|textbf|textit|mathrm|mathbf|mathit|operatorname|mbox|fbox|emph|displaystyle)\s*\{"
+)
+_DASHES = "\u2212\u2010\u2011\u2012\u2013\u2014\u2015\ufe63\uff0d"
+
+
+def _unwrap_braced(text: str, pattern: re.Pattern[str]) -> str:
+    """Replace ``\\cmd{X}`` by ``X`` for each match of ``pattern`` (which ends at the opening brace)."""
+    for _ in range(50):
+        m = pattern.search(text)
+        if not m:
+            break
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+            i += 1
+        inner = text[m.end(): i - 1] if depth == 0 else text[m.end():]
+        text = text[: m.start()] + inner + text[i:]
+    return text
+
+
+def strip_markup(text: str) -> str:
+    """Remove markdown emphasis, code ticks and LaTeX wrappers; normalise dashes and spaces."""
+    t = text
+    t = t.replace("\\left", "").replace("\\right", "")
+    t = _unwrap_braced(t, _LATEX_WRAPPERS)
+    t = t.replace("$$", " ").replace("$", " ")
+    t = re.sub(r"\\[\(\)\[\]]", " ", t)  # \( \) \[ \]
+    t = t.replace("`", " ")
+    t = re.sub(r"\*\*|__", " ", t)
+    t = re.sub(r"(?<![\w)])\*(?=\S)|(?<=\S)\*(?![\w(])", " ", t)  # *emphasis*, not 2*3
+    t = re.sub(r"(?<!\w)_(?=\S)|(?<=\S)_(?!\w)", " ", t)
+    t = t.replace("\\%", "%").replace("\\,", "").replace("\\!", "").replace("\\;", " ")
+    t = t.replace("\\ ", " ").replace("\\approx", "≈").replace("\\sim", "~")
+    t = t.replace("\\cdot", "·").replace("\\times", "×")
+    for ch in _DASHES:
+        t = t.replace(ch, "-")
+    t = t.replace("\u00a0", " ").replace("\u2009", " ").replace("\u202f", " ").replace("\u2007", " ")
+    return re.sub(r"[ \t]+", " ", t).strip()
+
+
+# --------------------------------------------------------------------------------------------------
+# Numbers
+# --------------------------------------------------------------------------------------------------
+
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
+_MULTIPLIER_WORDS = {
+    "thousand": 1e3,
+    "million": 1e6,
+    "billion": 1e9,
+    "trillion": 1e12,
+    "quadrillion": 1e15,
+}
+_APPROX = re.compile(
+    r"^(?:~|≈|≃|∼|=|about|approximately|approx\.?|roughly|around|circa|ca\.|nearly|almost|"
+    r"just\s+(?:over|under)|about\s+)\s*",
+    re.I,
+)
+
+# A mantissa: digits with optional grouping (comma, or a space between groups of three), decimals.
+_MANTISSA = r"(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?:[ ']\d{3})+(?![\d.,])|\d+)(?:\.\d+)?|\.\d+"
+_EXP_E = r"[eE][+-]?\d+"
+_TIMES = r"\s*(?:×|x|X|\*|·|⋅)\s*"
+_POW10 = r"10\s*(?:\^|\*\*)\s*\{?\s*(?P<pexp>[+-]?\d+)\s*\}?|10(?P<sexp>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+)"
+_NUMBER = re.compile(
+    rf"(?<![\w.])(?P<sign>[+-])?\s*"
+    rf"(?:(?P<mant>{_MANTISSA})(?:(?P<e>{_EXP_E})|{_TIMES}(?P<pow>{_POW10}))?|(?P<bare>{_POW10}))"
+    rf"(?![\w])"
+)
+_PERCENT = re.compile(r"^\s*(?:%|percent\b|per\s*cent\b)", re.I)
+
+# Magnitude prefixes (symbol or word) that may precede a base unit.
+_PREFIX_SYMBOLS = ["Ki", "Mi", "Gi", "Ti", "Pi", "k", "K", "M", "G", "T", "P", "E", "m", "µ", "μ", "u", "n", "p"]
+_PREFIX_WORDS = ["kibi", "mebi", "gibi", "tebi", "pebi", "kilo", "mega", "giga", "tera", "peta", "exa",
+                 "milli", "micro", "nano", "pico"]
+_PREFIX_CANON = {"K": "k", "μ": "µ", "u": "µ", "kibi": "Ki", "mebi": "Mi", "gibi": "Gi", "tebi": "Ti",
+                 "pebi": "Pi", "kilo": "k", "mega": "M", "giga": "G", "tera": "T", "peta": "P", "exa": "E",
+                 "milli": "m", "micro": "µ", "nano": "n", "pico": "p"}
+# Base units (lower-cased spellings -> canonical name). Symbol spellings are case-sensitive below.
+_BASE_WORDS = {
+    "flop": "FLOP", "flops": "FLOP", "flop/s": "FLOP/s", "flops/s": "FLOP/s",
+    "byte": "B", "bytes": "B", "bit": "bit", "bits": "bit",
+    "second": "s", "seconds": "s", "sec": "s", "secs": "s",
+    "hertz": "Hz", "watt": "W", "watts": "W",
+    "parameter": "param", "parameters": "param", "param": "param", "params": "param",
+    "token": "token", "tokens": "token",
+}
+_BASE_SYMBOLS = {"B": "B", "b": "bit", "s": "s", "Hz": "Hz", "W": "W", "FLOP": "FLOP", "FLOPs": "FLOP",
+                 "FLOPS": "FLOP/s", "flop": "FLOP", "flops": "FLOP"}
+
+
+@dataclass(frozen=True)
+class NumberParse:
+    """The outcome of reading one number: ``value`` (None when it failed) and ``reason``."""
+
+    value: float | None
+    reason: str
+    unit_text: str = ""
+
+
+def _unit_token(text: str) -> tuple[str | None, str | None] | None:
+    """Read the first unit token of ``text`` as (prefix, base); None when it is not a known unit.
+
+    ``prefix`` is None for an unprefixed unit; base is canonical (``B``, ``FLOP``, ``s``...). A rate such as
+    ``GB/s`` reads as prefix ``G`` on base ``B/s``'s first part ``B``.
+    """
+    m = re.match(r"\s*([A-Za-zµμ/]+)", text)
+    if not m:
+        return None
+    word = m.group(1)
+    head = word.split("/")[0] if not word.lower().startswith(("flop/s", "flops/s")) else word
+    low = head.lower()
+    if low in _BASE_WORDS:
+        return None, _BASE_WORDS[low]
+    if head in _BASE_SYMBOLS:
+        return None, _BASE_SYMBOLS[head]
+    for p in _PREFIX_WORDS:
+        if low.startswith(p) and low[len(p):] in _BASE_WORDS:
+            return _PREFIX_CANON.get(p, p), _BASE_WORDS[low[len(p):]]
+    for p in _PREFIX_SYMBOLS:
+        rest = head[len(p):]
+        if head.startswith(p) and rest:
+            base = _BASE_SYMBOLS.get(rest) or _BASE_WORDS.get(rest.lower()) if rest not in ("s",) or p != "m" else "s"
+            if rest in _BASE_SYMBOLS:
+                base = _BASE_SYMBOLS[rest]
+            elif rest.lower() in _BASE_WORDS and rest[0].isupper() or rest.lower() in ("flop", "flops"):
+                base = _BASE_WORDS[rest.lower()]
+            else:
+                base = None
+            if base is not None:
+                return _PREFIX_CANON.get(p, p), base
+    return None
+
+
+def _multiplier_word(unit: str) -> str | None:
+    low = unit.lower()
+    for w in _MULTIPLIER_WORDS:
+        if re.search(rf"\b{w}s?\b", low):
+            return w
+    return None
+
+
+def _check_unit(trailer: str, declared: str) -> str | None:
+    """Why ``trailer`` (text after the number) changes the magnitude asked for, or None if fine."""
+    if not trailer:
+        return None
+    got = _unit_token(trailer)
+    want = _unit_token(declared) if declared else None
+    if got is None:
+        return None  # unit words or other text: stripped
+    g_prefix, g_base = got
+    if want is None:
+        if g_prefix is not None:
+            return (f"answer carries magnitude prefix {g_prefix!r} ({trailer.split()[0]!r}) but the question "
+                    f"asks for {declared or 'a plain number'!r}")
+        return None
+    w_prefix, w_base = want
+    if g_base == w_base and g_prefix != w_prefix:
+        return (f"answer is in {trailer.split()[0]!r} but the question asks for {declared!r}: magnitude "
+                f"prefixes are not converted")
+    if g_base != w_base and g_prefix is not None:
+        return f"answer is in {trailer.split()[0]!r} but the question asks for {declared!r}"
+    return None
+
+
+def _mantissa_value(text: str) -> float:
+    return float(re.sub(r"[, ']", "", text))
+
+
+def _match_value(m: re.Match[str]) -> float:
+    sign = -1.0 if m.group("sign") == "-" else 1.0
+    if m.group("bare") is not None:
+        exp = m.group("pexp") if m.group("pexp") is not None else m.group("sexp").translate(_SUPERSCRIPTS)
+        return sign * 10.0 ** int(exp)
+    value = _mantissa_value(m.group("mant"))
+    if m.group("e"):
+        value = float(m.group("mant").replace(",", "").replace(" ", "").replace("'", "") + m.group("e"))
+    elif m.group("pow"):
+        exp = m.group("pexp") if m.group("pexp") is not None else m.group("sexp").translate(_SUPERSCRIPTS)
+        exp_i = int(exp)
+        if abs(exp_i) > 400:
+            return sign * (math.inf if exp_i > 0 else 0.0)
+        value = value * 10.0 ** exp_i
+    return sign * value
+
+
+def _number_matches(text: str) -> list[re.Match[str]]:
+    t = text.translate(str.maketrans({"{": " ", "}": " "})) if "{," not in text else text.replace("{,}", ",")
+    return list(_NUMBER.finditer(t)), t  # type: ignore[return-value]
+
+
+def _clean_number_text(text: str) -> str:
+    t = strip_markup(text)
+    t = t.replace("{,}", ",")
+    # LaTeX exponent braces: 10^{12} stays readable by the pattern; drop other braces.
+    t = re.sub(r"(?<!\^)\{([^{}]*)\}", r"\1", t)
+    t = t.strip().rstrip(".;,")
+    for _ in range(3):
+        t2 = _APPROX.sub("", t)
+        if t2 == t:
+            break
+        t = t2
+    # "x = 240", "t ≈ 1.2 s", "Answer: 240": drop a short label before the value.
+    t = re.sub(r"^[A-Za-z][\w\s()/-]{0,40}?\s*(?:=|≈|:|~)\s*(?=[-+.\d~≈])", "", t)
+    for _ in range(2):
+        t = _APPROX.sub("", t)
+    return t.strip()
+
+
+def parse_numbers(text: str) -> list[tuple[float, int, int, str]]:
+    """Every number in ``text`` as (value, start, end, normalised text), after markup clean-up."""
+    t = _clean_number_text(text)
+    out = []
+    for m in _NUMBER.finditer(t):
+        out.append((_match_value(m), m.start(), m.end(), t))
+    return out
+
+
+def parse_number(text: str, unit: str = "") -> NumberParse:
+    """Read exactly one number from an answer (or one part of a multi-value answer).
+
+    ``unit``: the unit the question asks for (the item's declared unit), used to keep percent and
+    magnitude prefixes honest. Fails closed with a reason on: no number, several different numbers,
+    a non-finite value, or a unit that changes the magnitude.
+    """
+    t = _clean_number_text(text)
+    if not t:
+        return NumberParse(None, "empty answer")
+    matches = list(_NUMBER.finditer(t))
+    if not matches:
+        return NumberParse(None, f"no number found in {t[:80]!r}")
+    first = matches[0]
+    value = _match_value(first)
+    trailer = t[first.end():].strip()
+    # Multiplier words directly after the number.
+    wm = re.match(r"(?i)(thousand|million|billion|trillion|quadrillion)s?\b\s*", trailer)
+    if wm:
+        word = wm.group(1).lower()
+        if _multiplier_word(unit) == word:
+            pass  # the question asks in this unit ("in millions"): the word is the unit
+        else:
+            value *= _MULTIPLIER_WORDS[word]
+        trailer = trailer[wm.end():].strip()
+    pm = _PERCENT.match(trailer)
+    if pm:
+        asks_percent = "%" in unit or "percent" in unit.lower()
+        if not asks_percent:
+            value /= 100.0
+        trailer = trailer[pm.end():].strip()
+    others = []
+    for m in matches[1:]:
+        v = _match_value(m)
+        if not _close(v, _match_value(first)):
+            others.append(m.group(0).strip())
+    if others:
+        return NumberParse(None, f"several different numbers in the answer ({first.group(0).strip()!r}, "
+                                 f"{others[0]!r}): ambiguous")
+    if not math.isfinite(value):
+        return NumberParse(None, f"non-finite value {first.group(0).strip()!r}")
+    trailer_unit = trailer.strip().strip("().,;:")
+    bare_suffix = re.match(r"^(k|K|M|B|G|T|bn|mn)\b", trailer_unit)
+    if bare_suffix and not _unit_token(trailer_unit) and not _same_unit(trailer_unit, unit):
+        return NumberParse(None, f"bare magnitude suffix {bare_suffix.group(1)!r} is ambiguous; write the "
+                                 f"number in {unit or 'full'!r}")
+    problem = _check_unit(trailer_unit, unit) if not _same_unit(trailer_unit, unit) else None
+    if problem:
+        return NumberParse(None, problem, trailer_unit)
+    if re.fullmatch(r"(?i)nan|inf(inity)?|[+-]?inf", trailer_unit):
+        return NumberParse(None, "non-finite value")
+    return NumberParse(value, f"read {value!r} from {t[:80]!r}", trailer_unit)
+
+
+def _same_unit(a: str, b: str) -> bool:
+    norm = lambda s: re.sub(r"\s+", "", s).lower().rstrip("s")  # noqa: E731
+    return bool(a) and bool(b) and norm(a) == norm(b)
+
+
+def _close(a: float, b: float) -> bool:
+    if a == b:
+        return True
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return False
+    return abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+
+
+def split_values(text: str) -> list[str]:
+    """Split a multi-value answer into parts, in order.
+
+    Separators, in priority order: semicolons; else line breaks; else a comma followed by white
+    space (``1,000`` is a thousands separator, ``1, 2`` two values); else the word "and".
+    """
+    t = strip_markup(text).replace("{,}", ",")
+    for pattern in (r";", r"\n", r",\s+", r"\s+and\s+"):
+        parts = [p.strip() for p in re.split(pattern, t) if p.strip()]
+        if len(parts) > 1:
+            return parts
+    return [t.strip()] if t.strip() else []

@@ -1,0 +1,99 @@
+"""A single-turn chat harness that runs in-process: one chat completion per rollout.
+
+verifiers' built-in `null` harness installs a chat program with uv in the rollout's runtime
+(network, seconds per rollout) to do what this does in one HTTP request. Here the harness sends
+the task's system prompt and question to the rollout's interception endpoint
+(`POST {endpoint}/chat/completions`, bearer = the rollout secret) and returns. The interception
+server forwards the request to the model endpoint the run was given, imposes the run's model and
+sampling settings, and records the reply on the trace, which is what the taskset scores.
+Nothing is installed, nothing runs in the runtime, and no other host is contacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import httpx
+import verifiers.v1 as vf
+from verifiers.v1.dialects.chat import message_to_wire
+
+RETRY_STATUS_CODES = frozenset({408, 409, 429, 500, 502, 503, 504})
+"""Statuses worth a second try (the OpenAI SDK's retry set); anything else fails the rollout."""
+
+RETRY_COUNT_HEADER = "x-stainless-retry-count"
+"""The interception server's replay guard keys on this header (the OpenAI SDK's retry marker):
+a retried request that already committed a turn is answered from the record, not re-sampled."""
+
+
+class ScalingBookHarnessConfig(vf.HarnessConfig):
+    """Knobs of the single-turn chat harness."""
+
+    max_retries: int = 2
+    """Extra attempts after a transport error or a retryable status (408/409/429/5xx)."""
+    connect_timeout_s: float = 10.0
+    """Seconds to connect to the interception endpoint (a local server, so short)."""
+
+
+class ScalingBookHarness(vf.Harness[ScalingBookHarnessConfig]):
+    """Posts the task's messages as one chat completion to the interception endpoint."""
+
+    APPENDS_SYSTEM_PROMPT = True  # the system prompt goes out as its own system message
+    SUPPORTS_RESUME = False  # single turn: no user follow-ups
+    SUPPORTS_MCP = False  # no tools
+    EXECUTES_CODE = False  # the model gets no execution; grading runs in the taskset
+    NEEDS_CONTAINER = False  # nothing runs in the runtime at all
+
+    async def launch(
+        self,
+        ctx: vf.ModelContext,
+        trace: vf.Trace,
+        runtime: vf.Runtime,
+        endpoint: str,
+        secret: str,
+        mcp_urls: dict[str, str],
+        data: vf.TaskData,
+    ) -> vf.ProgramResult:
+        system_prompt, prompt = self.resolve_prompt(data)
+        messages: list[dict] = []
+        if system_prompt:
+            messages.append({"role": "system", "content": system_prompt})
+        if isinstance(prompt, str):
+            messages.append({"role": "user", "content": prompt})
+        elif prompt is not None:
+            messages.extend(message_to_wire(message) for message in prompt)
+        # The interception server overrides `model` and the sampling knobs with the run's.
+        body = {"model": ctx.model, "messages": messages}
+        await self._post(f"{endpoint.rstrip('/')}/chat/completions", body, secret)
+        return vf.ProgramResult(exit_code=0, stdout="", stderr="")
+
+    async def _post(self, url: str, body: dict, secret: str) -> None:
+        """POST `body` with retries; the reply itself is read off the trace, not from here.
+        Errors are plain exceptions: verifiers files them under the harness boundary, or under
+        the provider when the interception server recorded the upstream failure behind them."""
+        timeout = httpx.Timeout(None, connect=self.config.connect_timeout_s)
+        headers = {"Authorization": f"Bearer {secret}"}
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+            for attempt in range(self.config.max_retries + 1):
+                if attempt:
+                    headers[RETRY_COUNT_HEADER] = str(attempt)
+                last = attempt == self.config.max_retries
+                try:
+                    response = await client.post(url, json=body, headers=headers)
+                except httpx.TransportError as error:
+                    if last:
+                        raise ConnectionError(
+                            f"could not reach the interception endpoint {url}: {error!r}"
+                        ) from error
+                else:
+                    if response.status_code < 400:
+                        return
+                    if last or response.status_code not in RETRY_STATUS_CODES:
+                        raise RuntimeError(
+                            f"chat completion failed with HTTP {response.status_code}: "
+                            f"{response.text[:2000]}"
+                        )
+                await asyncio.sleep(min(0.5 * 2**attempt, 8.0) * (0.5 + random.random()))
+
+
+__all__ = ["ScalingBookHarness", "ScalingBookHarnessConfig"]

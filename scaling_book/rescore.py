@@ -1,0 +1,88 @@
+"""Re-grading a stored run with the current graders, without calling the model.
+
+After a grader fix, `rescore_run` reads every stored response of a run, grades it again against the
+item as exported now, and stores the result as a new run that records the run it came from
+(`rescored_from_run_id`) and the grader version that scored it. Rollouts whose item has changed since
+the run (a different content hash) cannot be re-graded fairly: the rescore is refused and names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from datasets import load_dataset
+from sqlalchemy import select
+
+from scaling_book.history import RolloutRow, finish_run, start_run
+from scaling_book.run_eval import dataset_hash_of
+from scaling_book.rubric import format_reward, total_reward
+from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
+from scaling_book.store.models import EvalRun, RolloutResult
+
+
+class RescoreError(Exception):
+    """The run cannot be rescored (unknown run, or items changed since it ran)."""
+
+
+@dataclass
+class RescoreResult:
+    new_run_id: int
+    source_run_id: int
+    status: str
+    grader_version: str
+    rollouts: int
+    changed_exact: int
+
+
+def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_timeout_s: float = 20.0,
+                allow_code_execution: bool = True,
+                on_progress: Callable[[int, int], None] | None = None) -> RescoreResult:
+    """Re-grade run `run_id`'s stored responses into a new run; return what changed.
+
+    Raises `RescoreError` for an unknown run or items whose content changed since the run.
+    """
+    from scaling_book.graders import GRADER_VERSION, grade
+
+    upgrade_to_head(db_url)
+    engine = make_engine(db_url)
+    factory = make_session_factory(engine)
+    try:
+        with factory() as session:
+            source = session.get(EvalRun, run_id)
+            if source is None:
+                raise RescoreError(f"no eval run with id {run_id}")
+            rollouts = list(session.scalars(
+                select(RolloutResult).where(RolloutResult.run_id == run_id).order_by(RolloutResult.id)))
+        infos = {row["id"]: row["info"] for row in load_dataset(str(export_dir), source.config, split="train")}
+        changed = sorted({r.item_id for r in rollouts
+                          if r.item_id not in infos or infos[r.item_id]["content_hash"] != r.item_content_hash})
+        if changed:
+            raise RescoreError(f"run {run_id} answered items that have changed or are gone since: "
+                               f"{', '.join(changed)}; rescoring them against new content would be wrong")
+        new_run_id = start_run(
+            factory, model=source.model, config=source.config, rollouts_per_item=source.rollouts_per_item,
+            sampling={"rescored_from_run_id": run_id}, dataset_hash=dataset_hash_of(export_dir, source.config),
+            grader_version=GRADER_VERSION, checkpoint=source.checkpoint, step=source.step,
+            rescored_from_run_id=run_id,
+        )
+        rows, flips = [], 0
+        for done, old in enumerate(rollouts, start=1):
+            if old.status != "ok" or old.response is None:
+                rows.append(RolloutRow(old.item_id, old.rollout_index, "error", old.response, 0.0, 0.0, 0.0, 0.0,
+                                       "not rescored: the original rollout errored", old.error, old.grader))
+            else:
+                result = grade(infos[old.item_id], old.response, allow_code_execution=allow_code_execution,
+                               code_timeout_s=code_timeout_s)
+                exact = 1.0 if result.exact else 0.0
+                flips += exact != old.exact
+                rows.append(RolloutRow(old.item_id, old.rollout_index, "ok", old.response, result.correctness,
+                                       format_reward(result), exact, total_reward(result), result.reason, None,
+                                       old.grader))
+            if on_progress:
+                on_progress(done, len(rollouts))
+        status = finish_run(factory, new_run_id, rows)
+        return RescoreResult(new_run_id, run_id, status, GRADER_VERSION, len(rows), flips)
+    finally:
+        engine.dispose()

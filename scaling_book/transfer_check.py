@@ -1,0 +1,92 @@
+"""The transfer check: evaluate one model checkpoint on `train` and on `heldout`, store both runs
+under one transfer-check record, and compute the report of `scaling_book.transfer`.
+
+The record is committed as `running` first; it becomes `complete` (with every figure of the report)
+only when both runs completed, and `failed` otherwise. History views show complete checks only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from rich.console import Console
+from sqlalchemy import select
+
+from scaling_book.run_eval import EvalRequest, EvalSummary, dataset_hash_of, run_and_record
+from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
+from scaling_book.store.models import RolloutResult, TransferCheck
+from scaling_book.transfer import ScoredRollout, TransferReport, transfer_report
+
+HALVES = ("train", "heldout")
+
+
+@dataclass
+class TransferCheckResult:
+    """The stored transfer check: its id, status, both runs and (when complete) the report."""
+
+    transfer_check_id: int
+    status: str
+    runs: dict[str, EvalSummary]
+    report: TransferReport | None
+    error: str | None
+
+
+def scored_rollouts(factory, run_id: int) -> list[ScoredRollout]:
+    """Every rollout of run `run_id` as (item, grader, exact)."""
+    with factory() as session:
+        rows = session.scalars(select(RolloutResult).where(RolloutResult.run_id == run_id))
+        return [ScoredRollout(r.item_id, r.grader, float(r.exact)) for r in rows]
+
+
+def run_transfer_check(request: EvalRequest, db_url: str | None = None, seed: int = 0,
+                       console: Console | None = None) -> TransferCheckResult:
+    """Evaluate `request` (its `config` is ignored) on train and heldout and store the transfer check.
+
+    Raises `MissingExport` when there is no export; never raises on a failed rollout (the check is
+    stored as failed instead).
+    """
+    hashes = {half: dataset_hash_of(request.export_dir, half) for half in HALVES}
+    combined_hash = hashlib.sha256(f"{hashes['train']}\n{hashes['heldout']}".encode()).hexdigest()
+    upgrade_to_head(db_url)
+    engine = make_engine(db_url)
+    factory = make_session_factory(engine)
+    try:
+        with factory() as session, session.begin():
+            check = TransferCheck(
+                model=request.model, checkpoint=request.checkpoint, step=request.step,
+                created_at=datetime.now(UTC), dataset_hash=combined_hash,
+                sampling_json=json.dumps({"rollouts_per_item": request.rollouts_per_item,
+                                          "max_concurrent": request.max_concurrent, **request.sampling},
+                                         sort_keys=True),
+                status="running", seed=seed,
+            )
+            session.add(check)
+            session.flush()
+            check_id = check.id
+        runs = {half: run_and_record(replace(request, config=half), db_url=db_url, console=console,
+                                     transfer_check_id=check_id) for half in HALVES}
+        failed = [half for half, run in runs.items() if run.status != "complete"]
+        with factory() as session, session.begin():
+            check = session.get(TransferCheck, check_id)
+            if failed:
+                check.status = "failed"
+                check.error = "; ".join(f"{half} run {runs[half].run_id}: {runs[half].error}" for half in failed)
+                return TransferCheckResult(check_id, "failed", runs, None, check.error)
+            report = transfer_report(scored_rollouts(factory, runs["train"].run_id),
+                                     scored_rollouts(factory, runs["heldout"].run_id), seed=seed)
+            check.train_accuracy, check.heldout_accuracy = report.train_accuracy, report.heldout_accuracy
+            check.train_ci_low, check.train_ci_high = report.train_interval.low, report.train_interval.high
+            check.heldout_ci_low, check.heldout_ci_high = report.heldout_interval.low, report.heldout_interval.high
+            check.gap_points = report.gap_points
+            check.gap_ci_low, check.gap_ci_high = report.gap_interval.low, report.gap_interval.high
+            check.matched_gap_points = report.matched_gap_points
+            if report.matched_gap_interval is not None:
+                check.matched_gap_ci_low = report.matched_gap_interval.low
+                check.matched_gap_ci_high = report.matched_gap_interval.high
+            check.status = "complete"
+            return TransferCheckResult(check_id, "complete", runs, report, None)
+    finally:
+        engine.dispose()
