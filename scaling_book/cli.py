@@ -79,7 +79,7 @@ def build(
         problems = getattr(exc, "issues", None) or getattr(exc, "failures", [])
         err.print(f"[bold red]build refused:[/bold red] {len(problems)} problem(s); nothing exported")
         for problem in problems:
-            err.print(f"  {problem}", markup=False, highlight=False)
+            err.print(f"  {problem}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_CONTENT) from None
     elapsed = time.perf_counter() - started
     console.print(f"[bold green]build ok[/bold green]: {report.items} items, store {report.db_url}")

@@ -54,7 +54,7 @@ def _field_of(error: IntegrityError) -> str | None:
     if "UNIQUE constraint failed: items.id" in message:
         return "id"
     if "FOREIGN KEY" in message:
-        return "answer/counterpart (foreign key)"
+        return "answer or counterpart (foreign key)"
     return None
 
 
@@ -72,8 +72,6 @@ def item_row(spec: ItemSpec) -> Item:
         item.targets.append(NumericTarget(position=position, value=value, unit=unit, expression=expression))
     for letter, text in spec.choices.items():
         item.choices.append(McqChoice(letter=letter, text=text))
-    if spec.grader == "mcq":
-        item.mcq_answer = McqAnswer(item_id=spec.id, letter=spec.answer_letter)
     if spec.grader == "formula":
         item.formula = FormulaAnswer(expression=spec.formula_answer)
         item.formula_symbols = [FormulaSymbol(position=i, name=s) for i, s in enumerate(spec.formula_symbols)]
@@ -110,6 +108,10 @@ def replace_items(session: Session, specs: list[ItemSpec]) -> None:
         try:
             session.add(item_row(spec))
             session.flush()
+            if spec.grader == "mcq":
+                # After the choices exist: the answer is a foreign key into them.
+                session.add(McqAnswer(item_id=spec.id, letter=spec.answer_letter))
+                session.flush()
             savepoint.commit()
         except IntegrityError as error:
             savepoint.rollback()
