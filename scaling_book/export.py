@@ -193,8 +193,11 @@ def _card(manifest: dict[str, Any], items: list[Item]) -> str:
 def export(session: Session, out_dir: Path) -> dict[str, Any]:
     """Write every config of the store's items to `out_dir` (replaced atomically); return the manifest."""
     from datasets import Dataset
+    from datasets.utils.logging import disable_progress_bar
 
     from scaling_book.prompting import SYSTEM_PROMPT
+
+    disable_progress_bar()
 
     items = all_items(session)
     records = [(item, item_record(item, SYSTEM_PROMPT)) for item in items]
@@ -209,7 +212,9 @@ def export(session: Session, out_dir: Path) -> dict[str, Any]:
                        if config_members(config, item.split, "code" if item.grader == "code" else "qa")]
             rows = [row for _, row in members]
             (staging / config).mkdir()
-            Dataset.from_list(rows, features=features).to_parquet(str(staging / config / "items.parquet"))
+            table = (Dataset.from_list(rows, features=features) if rows
+                     else Dataset.from_dict({name: [] for name in features}, features=features))
+            table.to_parquet(str(staging / config / "items.parquet"))
             manifest["configs"][config] = {
                 "items": len(rows),
                 "dataset_hash": dataset_hash([item.content_hash for item, _ in members]),

@@ -79,33 +79,52 @@ def _check_formula(item: Item) -> list[GateFailure]:
     return failures
 
 
-def _check_code(item: Item) -> tuple[list[GateFailure], tuple[float, str] | None, float, int]:
+@dataclass(frozen=True)
+class _CodeCheck:
+    """A code item's data, detached from the session so worker threads never touch the ORM."""
+
+    item_id: str
+    source_file: str
+    reference_source: str
+    reference_function: str
+    compare: str
+    tolerance: float | None
+    tests: list[dict]
+
+    @classmethod
+    def of(cls, item: Item) -> _CodeCheck:
+        task = item.code_task
+        tests = [{"args": json.loads(t.args_json), "expected": json.loads(t.expected_json)} for t in task.tests]
+        return cls(item.id, item.source_file, task.reference_source, task.reference_function, task.compare,
+                   task.tolerance, tests)
+
+
+def _check_code(check: _CodeCheck) -> tuple[list[GateFailure], tuple[float, str], float]:
     from scaling_book.graders.code import knowledge_free_baseline, test_passes
     from scaling_book.sandbox import run_function
 
-    task = item.code_task
-    tests = [{"args": json.loads(t.args_json), "expected": json.loads(t.expected_json)} for t in task.tests]
-    result = run_function(task.reference_source, task.reference_function, [t["args"] for t in tests],
+    tests = check.tests
+    result = run_function(check.reference_source, check.reference_function, [t["args"] for t in tests],
                           REFERENCE_TIMEOUT_S)
     failures: list[GateFailure] = []
     if result.status != "ok":
-        failures.append(GateFailure(item.source_file, item.id, "reference",
-                                    f"reference solution {task.reference_function} did not run: "
+        failures.append(GateFailure(check.source_file, check.item_id, "reference",
+                                    f"reference solution {check.reference_function} did not run: "
                                     f"{result.status}: {result.detail}"))
     else:
-        passes = test_passes(result.values, tests, task.compare, task.tolerance)
+        passes = test_passes(result.values, tests, check.compare, check.tolerance)
         for position, (passed, test, value) in enumerate(zip(passes, tests, result.values or [], strict=False)):
             if not passed:
-                failures.append(GateFailure(item.source_file, item.id, f"test[{position}]",
+                failures.append(GateFailure(check.source_file, check.item_id, f"test[{position}]",
                                             f"reference returned {value!r}, expected {test['expected']!r}"))
-        if len(passes) < len(tests) or not all(passes):
-            if not failures:
-                failures.append(GateFailure(item.source_file, item.id, "test", "reference did not pass every test"))
-    best_fraction, best_constant = knowledge_free_baseline(tests, task.compare, task.tolerance)
+        if (len(passes) < len(tests) or not all(passes)) and not failures:
+            failures.append(GateFailure(check.source_file, check.item_id, "test",
+                                        "reference did not pass every test"))
+    best_fraction, best_constant = knowledge_free_baseline(tests, check.compare, check.tolerance)
     if best_fraction >= 1.0:
-        failures.append(GateFailure(item.source_file, item.id, "test",
+        failures.append(GateFailure(check.source_file, check.item_id, "test",
                                     f"the knowledge-free constant {best_constant} passes every test"))
-    return failures, (best_fraction, best_constant), result.duration_s, len(tests)
+    return failures, (best_fraction, best_constant), result.duration_s
 
 
 def run_gate(session: Session, on_progress: Callable[[str], None] | None = None) -> GateReport:
@@ -120,21 +139,21 @@ def run_gate(session: Session, on_progress: Callable[[str], None] | None = None)
             failures.extend(_check_formula(item))
             report.formulas_checked += 1
     code_items = [item for item in items if item.grader == "code"]
+    checks = [_CodeCheck.of(item) for item in code_items]
     with ThreadPoolExecutor(max_workers=GATE_WORKERS) as pool:
-        for item, (item_failures, baseline, seconds, n_tests) in zip(
-            code_items, pool.map(_check_code, code_items), strict=True
-        ):
-            failures.extend(item_failures)
-            report.references_run += 1
-            report.test_cases_run += n_tests
-            report.reference_seconds[item.id] = seconds
-            if on_progress:
-                on_progress(item.id)
-            if baseline is not None and baseline[0] < 1.0:
-                report.baselines[item.id] = baseline
-                item.code_task.baseline = Baseline(
-                    best_fraction=baseline[0], best_constant=baseline[1], measured_at=datetime.now(UTC)
-                )
+        outcomes = list(pool.map(_check_code, checks))
+    for item, check, (item_failures, baseline, seconds) in zip(code_items, checks, outcomes, strict=True):
+        failures.extend(item_failures)
+        report.references_run += 1
+        report.test_cases_run += len(check.tests)
+        report.reference_seconds[item.id] = seconds
+        if on_progress:
+            on_progress(item.id)
+        if baseline[0] < 1.0:
+            report.baselines[item.id] = baseline
+            item.code_task.baseline = Baseline(
+                item_id=item.id, best_fraction=baseline[0], best_constant=baseline[1], measured_at=datetime.now(UTC)
+            )
     if failures:
         raise GateError(failures)
     session.flush()
