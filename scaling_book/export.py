@@ -233,3 +233,26 @@ def export(session: Session, out_dir: Path) -> dict[str, Any]:
 def read_manifest(out_dir: Path) -> dict[str, Any]:
     """The manifest of an export folder (raises FileNotFoundError if there is no export)."""
     return json.loads((Path(out_dir) / "manifest.json").read_text())
+
+
+class StaleExport(Exception):
+    """The rows loaded for a config do not match the export's manifest (a stale cache or a half-copied export)."""
+
+
+def load_config(out_dir: Path, config: str):
+    """The rows of `config` in the export at `out_dir`, as a `datasets.Dataset`, verified fresh.
+
+    `datasets` caches a local export by path and may serve the previous build's rows after a rebuild,
+    so this forces a re-read and checks the rows' dataset hash against `manifest.json`.
+    Raises FileNotFoundError without an export and `StaleExport` on a mismatch.
+    """
+    from datasets import load_dataset
+    from datasets.utils.logging import disable_progress_bar
+
+    disable_progress_bar()
+    expected = read_manifest(out_dir)["configs"][config]["dataset_hash"]
+    rows = load_dataset(str(out_dir), config, split="train", download_mode="force_redownload")
+    found = dataset_hash([row["content_hash"] for row in rows["info"]])
+    if found != expected:
+        raise StaleExport(f"config {config!r} at {out_dir}: rows hash {found[:12]}, manifest {expected[:12]}")
+    return rows

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from datasets import load_dataset
 from sqlalchemy import select
 
+from scaling_book.export import load_config
 from scaling_book.history import RolloutRow, finish_run, start_run
 from scaling_book.run_eval import dataset_hash_of
 from scaling_book.rubric import format_reward, total_reward
@@ -55,7 +55,7 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
                 raise RescoreError(f"no eval run with id {run_id}")
             rollouts = list(session.scalars(
                 select(RolloutResult).where(RolloutResult.run_id == run_id).order_by(RolloutResult.id)))
-        infos = {row["id"]: row["info"] for row in load_dataset(str(export_dir), source.config, split="train")}
+        infos = {row["id"]: row["info"] for row in load_config(export_dir, source.config)}
         changed = sorted({r.item_id for r in rollouts
                           if r.item_id not in infos or infos[r.item_id]["content_hash"] != r.item_content_hash})
         if changed:

@@ -43,6 +43,6 @@ def built(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def exported_rows(built) -> list[dict]:
     """Every exported row of config `all`, loaded through `datasets` as the taskset loads it."""
-    from datasets import load_dataset
+    from scaling_book.export import load_config
 
-    return list(load_dataset(str(built["export_dir"]), "all", split="train"))
+    return list(load_config(built["export_dir"], "all"))
