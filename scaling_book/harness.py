@@ -12,7 +12,9 @@ Nothing is installed, nothing runs in the runtime, and no other host is contacte
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
+import ssl
 
 import httpx
 import verifiers.v1 as vf
@@ -24,6 +26,13 @@ RETRY_STATUS_CODES = frozenset({408, 409, 429, 500, 502, 503, 504})
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 """The interception server's replay guard keys on this header (the OpenAI SDK's retry marker):
 a retried request that already committed a turn is answered from the record, not re-sampled."""
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One TLS context for every rollout: building one loads the CA bundle (~80 ms), which httpx
+    would otherwise do per client, i.e. per rollout, even for a plain-http local endpoint."""
+    return ssl.create_default_context()
 
 
 class ScalingBookHarnessConfig(vf.HarnessConfig):
@@ -73,7 +82,7 @@ class ScalingBookHarness(vf.Harness[ScalingBookHarnessConfig]):
         the provider when the interception server recorded the upstream failure behind them."""
         timeout = httpx.Timeout(None, connect=self.config.connect_timeout_s)
         headers = {"Authorization": f"Bearer {secret}"}
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+        async with httpx.AsyncClient(timeout=timeout, verify=_tls_context(), trust_env=False) as client:
             for attempt in range(self.config.max_retries + 1):
                 if attempt:
                     headers[RETRY_COUNT_HEADER] = str(attempt)

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from scaling_book.store.models import EvalRun, Item, RolloutResult
+from scaling_book.store.models import EvalRun, RolloutResult
 
 
 @dataclass(frozen=True)
@@ -63,21 +63,21 @@ def start_run(
 
 
 def finish_run(factory: sessionmaker[Session], run_id: int, rollouts: Iterable[RolloutRow],
-               error: str | None = None) -> str:
+               item_versions: dict[str, tuple[str, str]], error: str | None = None) -> str:
     """Write every rollout of run `run_id` and its final status in one transaction; return the status.
 
     The status is `failed` when `error` is given or any rollout has status `error`, else `complete`.
-    Each rollout carries the content hash of the item version it answered.
+    `item_versions` maps item id -> (content hash, split) of the exported items the run answered;
+    each rollout stores them, so runs over different item versions are never compared silently.
     """
     rollouts = list(rollouts)
     with factory() as session, session.begin():
         run = session.get(EvalRun, run_id)
-        items = {item.id: item for item in session.scalars(select(Item))}
         for row in rollouts:
-            item = items.get(row.item_id)
+            content_hash, split = item_versions[row.item_id]
             session.add(RolloutResult(
-                run_id=run_id, item_id=row.item_id, item_content_hash=item.content_hash if item else "",
-                grader=row.grader, split=item.split if item else "", rollout_index=row.rollout_index,
+                run_id=run_id, item_id=row.item_id, item_content_hash=content_hash,
+                grader=row.grader, split=split, rollout_index=row.rollout_index,
                 status=row.status, correctness=_finite_unit(row.correctness), format=_finite_unit(row.format),
                 exact=1 if row.exact >= 1.0 else 0, reward=row.reward if row.reward == row.reward else 0.0,
                 reason=row.reason, response=row.response, error=row.error,

@@ -82,7 +82,8 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
                                        old.grader))
             if on_progress:
                 on_progress(done, len(rollouts))
-        status = finish_run(factory, new_run_id, rows)
+        versions = {item_id: (info["content_hash"], info["split"]) for item_id, info in infos.items()}
+        status = finish_run(factory, new_run_id, rows, versions)
         return RescoreResult(new_run_id, run_id, status, GRADER_VERSION, len(rows), flips)
     finally:
         engine.dispose()

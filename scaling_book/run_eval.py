@@ -74,6 +74,13 @@ def dataset_hash_of(export_dir: Path, config: str) -> str:
         raise MissingExport(f"no export of config {config!r} at {export_dir}: run `scaling-book build` first") from exc
 
 
+def item_versions(export_dir: Path, config: str) -> dict[str, tuple[str, str]]:
+    """item id -> (content hash, split) of every item of `config` in the export."""
+    from scaling_book.export import load_config
+
+    return {row["id"]: (row["info"]["content_hash"], row["info"]["split"]) for row in load_config(export_dir, config)}
+
+
 def run_and_record(request: EvalRequest, db_url: str | None = None, console: Console | None = None,
                    transfer_check_id: int | None = None) -> EvalSummary:
     """Evaluate `request` and store it as one run; return the stored summary (never raises on rollout errors)."""
@@ -110,7 +117,7 @@ def run_and_record(request: EvalRequest, db_url: str | None = None, console: Con
         rows = [RolloutRow(item_id=r.item_id, rollout_index=r.rollout_index, status=r.status, response=r.response,
                            correctness=r.correctness, format=r.format, exact=r.exact, reward=r.reward,
                            reason=r.reason, error=r.error, grader=r.grader) for r in outcome.rollouts]
-        status = finish_run(factory, run_id, rows)
+        status = finish_run(factory, run_id, rows, item_versions(request.export_dir, request.config))
         error = None if status == "complete" else f"{sum(r.status != 'ok' for r in rows)} of {len(rows)} rollouts errored"
         return EvalSummary(run_id, status, error, len(rows), time.perf_counter() - started, rows)
     finally:

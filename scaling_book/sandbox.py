@@ -8,15 +8,20 @@ in the caller's process (``scaling_book.graders.code``).
 
 What the child gets, in both isolation modes:
 
-- a throwaway working directory (``submission.py``, ``runner.py``, ``inputs.json``), deleted after;
+- a throwaway working directory, its only writable path, deleted after; the runner reads its one
+  input file there (``inputs.py``: the source, the function name, the argument lists, the limits)
+  and deletes it before the submission runs;
 - ``python -I -S`` (no site-packages, no user site, no environment-driven imports), a minimal
   environment, stdin from ``/dev/null``, its own session and process group;
 - ``RLIMIT_AS`` 512 MB, ``RLIMIT_CPU`` 30 s, ``RLIMIT_NOFILE`` 64, ``RLIMIT_NPROC`` 64, ``RLIMIT_FSIZE``
-  8 MB, set by the runner on itself before the submission is compiled;
+  8 MB, set by the runner on itself before the submission is executed;
 - a wall-clock timeout after which the whole process group is killed, and then every stray process
   the run left behind (see below);
 - when the caller is root, a fresh unprivileged uid for the run (so ``RLIMIT_NPROC`` is enforced and
-  every process of the run can be found and killed afterwards by its uid).
+  every process of the run can be found and killed afterwards by its uid). The child interpreter is
+  this one's base interpreter; in rlimit mode as root, when that interpreter sits where other users
+  cannot reach it (e.g. under ``/root``), a system interpreter of the same minor version is used
+  instead so that the uid can still be dropped.
 
 The child reports on exactly one stdout line that starts with a per-run random nonce; anything the
 submission prints goes to ``/dev/null``; stdout is read with a byte cap. Values are plain JSON
@@ -27,17 +32,20 @@ Isolation modes (``isolation_mode()``):
 
 - ``"bwrap"``: when bubblewrap is installed (Debian/Ubuntu package ``bubblewrap``) and works here, the
   child runs under ``bwrap`` with no network, a read-only root, a private ``/tmp``, a private PID
-  namespace (every process of the run dies with it) and the working directory as the only writable
-  path.
-- ``"rlimit"``: otherwise, the limits above only. The child runs with the caller's filesystem and
-  network. When the caller is not root, a background process that starts a new session and clears
-  its environment can outlive the run; when it is root, the per-run uid catches it.
+  namespace (every process of the run dies with it), no capabilities, and the working directory as
+  the only writable path. The project tree (seed and exported answer keys), the caller's working
+  directory and ``$HOME`` are replaced by empty directories.
+- ``"rlimit"``: otherwise, the limits above only. The child runs with the caller's filesystem (it
+  can read the seed, and as a non-root caller write your files) and network. When the caller is not
+  root, a background process that starts a new session and clears its environment can outlive the
+  run; when it is root, the per-run uid catches it.
 
 Set ``SCALING_BOOK_ISOLATION=rlimit`` to force the rlimit mode.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -108,34 +116,47 @@ class SandboxResult:
 
 
 # --------------------------------------------------------------------------------------------------
-# The runner: executed inside the child as ``python -I -S runner.py``. Standard library only.
+# The runner: executed inside the child as ``python -I -S -c RUNNER``. Builtin modules only (``posix``,
+# ``resource``; importing ``json`` or ``os`` would cost more than the rest of the run).
 # --------------------------------------------------------------------------------------------------
 
 _RUNNER = r'''
-import os, sys
+import posix, sys
 
-def _plain(v, depth=0, budget=[20000]):
+_ESC = {i: "\\u%04x" % i for i in range(32)}
+_ESC[34] = '\\"'
+_ESC[92] = "\\\\"
+
+def _enc(v, depth, budget):
     budget[0] -= 1
     if budget[0] < 0 or depth > 32:
         raise ValueError("returned value too large or too deeply nested")
     t = type(v)
-    if v is None or t is bool or t is str:
-        return v
+    if v is None:
+        return "null"
+    if t is bool:
+        return "true" if v else "false"
     if t is int:
         if v.bit_length() > 4000:
             raise ValueError("returned integer too large")
-        return v
+        return repr(v)
     if t is float:
-        return v
+        if v != v:
+            return "NaN"
+        if v in (1e999, -1e999):
+            return "Infinity" if v > 0 else "-Infinity"
+        return repr(v)
+    if t is str:
+        return '"' + v.translate(_ESC) + '"'
     if t is list or t is tuple:
-        return [_plain(x, depth + 1) for x in v]
+        return "[" + ",".join([_enc(x, depth + 1, budget) for x in v]) + "]"
     if t is dict:
-        out = {}
+        parts = []
         for k, x in v.items():
             if type(k) is not str:
                 raise TypeError("returned dict with a non-string key")
-            out[k] = _plain(x, depth + 1)
-        return out
+            parts.append('"' + k.translate(_ESC) + '":' + _enc(x, depth + 1, budget))
+        return "{" + ",".join(parts) + "}"
     raise TypeError("returned unsupported type " + repr(t.__name__)[:60])
 
 def _describe(e):
@@ -145,24 +166,18 @@ def _describe(e):
         return "exception"
 
 def main():
-    import json
-    with open("nonce") as f:
-        nonce = f.read().strip()
-    with open("inputs.json") as f:
-        spec = json.load(f)
-    with open("submission.py", encoding="utf-8", errors="replace") as f:
-        source = f.read()
-    out = os.dup(1)
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.close(null)
+    with open("inputs.py", encoding="utf-8", errors="surrogatepass") as f:
+        spec = eval(f.read(), {"__builtins__": {}}, {})
+    nonce = spec["nonce"]
+    out = posix.dup(1)
+    null = posix.open("/dev/null", posix.O_WRONLY)
+    posix.dup2(null, 1)
+    posix.close(null)
 
-    def report(obj):
-        data = (nonce + " " + json.dumps(obj, allow_nan=True) + "\n").encode()
-        data = b"\n" + data
+    def report(text):
+        data = ("\n" + nonce + " " + text + "\n").encode("utf-8", "backslashreplace")
         while data:
-            n = os.write(out, data)
-            data = data[n:]
+            data = data[posix.write(out, data):]
 
     import resource
     for name, value in spec["limits"].items():
@@ -171,35 +186,56 @@ def main():
         if hard != resource.RLIM_INFINITY and hard < value:
             value = hard
         resource.setrlimit(lim, (value, value))
-    uid = spec.get("uid")
+    uid = spec["uid"]
     if uid is not None:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    os.unlink("nonce")
+        posix.setgroups([])
+        posix.setgid(uid)
+        posix.setuid(uid)
+    posix.unlink("inputs.py")
     sys.argv = ["submission.py"]
     ns = {"__name__": "submission", "__builtins__": __builtins__}
+    source, function, args_list = spec["source"], spec["function"], spec["args"]
+    del spec
     try:
-        code = compile(source, "submission.py", "exec")
-        exec(code, ns)
+        # exec of the text (not compile()): compile() would first build every AST class (~1.5 ms)
+        exec(source, ns)
     except BaseException as e:
-        report({"load_error": _describe(e)})
+        report('{"load_error":' + _enc(_describe(e), 0, [10]) + "}")
         return
-    fn = ns.get(spec["function"])
+    fn = ns.get(function)
     if not callable(fn):
-        report({"load_error": "the submission does not define a function named " + repr(spec["function"])})
+        report('{"load_error":' + _enc("the submission does not define a function named "
+                                       + repr(function), 0, [10]) + "}")
         return
     results = []
-    for args_json in spec["args"]:
+    budget = [100000]
+    for args_text in args_list:
         try:
-            value = fn(*json.loads(args_json))
-            results.append({"v": _plain(value)})
+            value = fn(*eval(args_text, {"__builtins__": {}}, {}))
+            results.append('{"v":' + _enc(value, 0, budget) + "}")
         except BaseException as e:
-            results.append({"e": _describe(e)})
-    report({"results": results})
+            results.append('{"e":' + _enc(_describe(e), 0, [10]) + "}")
+    report('{"results":[' + ",".join(results) + "]}")
 
 main()
 '''
+
+
+def _py_literal(value: Any) -> str:
+    """A Python literal for a plain-JSON value (the runner evaluates it with no builtins)."""
+    if value is None or type(value) is bool or type(value) is int or type(value) is str:
+        return repr(value)
+    if type(value) is float:
+        if value != value:
+            return "(1e999-1e999)"
+        if value in (float("inf"), float("-inf")):
+            return "1e999" if value > 0 else "-1e999"
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_py_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_py_literal(str(k))}: {_py_literal(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"test arguments must be plain JSON values, not {type(value).__name__}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -242,7 +278,46 @@ def _top_unreachable_ancestor(path: str) -> str | None:
     return None
 
 
+def _hidden_paths(prefix: str, drop_uid: bool, cwd: str, home: str, export: str) -> list[str]:
+    """Directories replaced by an empty tmpfs under bwrap: the project tree (where the seed and the
+    exported answer keys live), the grading process's working directory, ``$HOME``, an export folder
+    named by ``$SCALING_BOOK_EXPORT``, and (when the child drops to another uid) the outermost
+    directory on the interpreter's path that other users cannot traverse (e.g. ``/root``)."""
+    candidates = [str(Path(__file__).resolve().parent.parent), cwd, home, export]
+    if drop_uid:
+        candidates.append(_top_unreachable_ancestor(prefix) or "")
+    system = {"/", "/usr", "/bin", "/lib", "/lib64", "/lib32", "/sbin", "/etc", "/dev", "/proc", "/sys", "/tmp",
+              "/var", "/opt", "/usr/local", "/usr/lib", "/usr/bin"}
+    paths = []
+    for c in candidates:
+        if not c:
+            continue
+        try:
+            real = str(Path(c).resolve())
+        except OSError:
+            continue
+        if real in system or not os.path.isdir(real):
+            continue
+        paths.append(real)
+    # outermost first; drop paths nested in another hidden path
+    paths = sorted(set(paths), key=lambda p: len(Path(p).parts))
+    kept: list[str] = []
+    for p in paths:
+        if not any(Path(p).is_relative_to(k) for k in kept):
+            kept.append(p)
+    return kept
+
+
 def _bwrap_command(workdir: str, python: str, drop_uid: bool) -> list[str]:
+    head, tail = _bwrap_parts(python, drop_uid, os.getcwd(), os.environ.get("HOME", ""),
+                              os.environ.get("SCALING_BOOK_EXPORT", ""))
+    return [*head, "--bind", workdir, workdir, "--chdir", workdir, *tail]
+
+
+@functools.lru_cache(maxsize=16)
+def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) -> tuple[tuple, tuple]:
+    """The bwrap arguments before and after the work directory's bind (cached: they only depend on
+    the interpreter, the uid drop and the directories hidden from the child)."""
     root = os.geteuid() == 0
     cmd = [
         shutil.which("bwrap") or "bwrap",
@@ -257,18 +332,23 @@ def _bwrap_command(workdir: str, python: str, drop_uid: bool) -> list[str]:
     if not root:
         cmd.append("--unshare-user")
     cmd += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    if drop_uid:
-        prefix = str(Path(python).resolve().parent.parent)
-        hidden = _top_unreachable_ancestor(prefix)
-        if hidden is not None:
-            cmd += ["--tmpfs", hidden, "--ro-bind", prefix, prefix]
-    cmd += ["--bind", workdir, workdir, "--chdir", workdir]
+    prefix = str(Path(python).resolve().parent.parent)
+    for hidden in _hidden_paths(prefix, drop_uid, cwd, home, export):
+        # An empty tmpfs over the directory; if the interpreter lives below it, recreate the path
+        # with traversable directories and bind the interpreter's prefix back, read-only.
+        cmd += ["--perms", "0755", "--tmpfs", hidden]
+        if Path(prefix).is_relative_to(hidden):
+            for parent in reversed(Path(prefix).parents):
+                if len(parent.parts) > len(Path(hidden).parts):
+                    cmd += ["--perms", "0755", "--dir", str(parent)]
+            cmd += ["--ro-bind", prefix, prefix]
+    tail = []
     if root:
-        cmd += ["--cap-drop", "ALL"]
+        tail += ["--cap-drop", "ALL"]
         if drop_uid:
-            cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    cmd += ["--", python, "-I", "-S", "runner.py"]
-    return cmd
+            tail += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    tail += ["--", python, "-I", "-S", "-c", _RUNNER]
+    return tuple(cmd), tuple(tail)
 
 
 def _probe_bwrap() -> bool:
@@ -303,19 +383,37 @@ def isolation_mode() -> str:
         return _mode_cache
 
 
+def _can_drop_to_fresh_uid(command: list[str]) -> bool:
+    """Whether a root caller can run ``command`` under a fresh unprivileged uid here (not so in some
+    containers, whose root cannot set arbitrary uids, nor for an interpreter under ``/root``)."""
+    uid = _fresh_uid()
+    try:
+        r = subprocess.run(command, user=uid, group=uid, extra_groups=[],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=20, cwd="/")
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
+
+
+@functools.lru_cache(maxsize=8)
 def _child_python(mode: str, root: bool) -> tuple[str, bool]:
     """(interpreter, drop_uid). As root, the child drops to a fresh uid when it can still run."""
     python = _base_python()
     if not root:
         return python, False
-    if mode == "bwrap" or _others_can_reach(python):
+    if mode == "bwrap":
+        # bwrap re-exposes an unreachable interpreter prefix; only the uid change itself is probed
+        return python, _can_drop_to_fresh_uid([shutil.which("true") or "/bin/true"])
+    if _others_can_reach(python) and _can_drop_to_fresh_uid([python, "-I", "-S", "-c", "pass"]):
         return python, True
     # rlimit mode as root with an interpreter others cannot reach (e.g. under /root): prefer a
     # system interpreter of the same version, so the child can still drop privileges.
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     for directory in ("/usr/local/bin", "/usr/bin", "/bin"):
         candidate = os.path.join(directory, version)
-        if os.path.isfile(candidate) and _others_can_reach(candidate):
+        if (os.path.isfile(candidate) and _others_can_reach(candidate)
+                and _can_drop_to_fresh_uid([candidate, "-I", "-S", "-c", "pass"])):
             return candidate, True
     return python, False
 
@@ -363,12 +461,14 @@ def _has_token(pid: int, token: bytes) -> bool:
         return token in f.read()
 
 
-def _cleanup(proc: subprocess.Popen, uid: int | None, token: str) -> None:
+def _cleanup(proc: subprocess.Popen, uid: int | None, token: str, mode: str) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
-    if uid is not None:
+    if mode == "bwrap":
+        pass  # the run's PID namespace dies with its first process: nothing can outlive it
+    elif uid is not None:
         _kill_by(lambda pid: _uid_of(pid) == uid)
     else:
         needle = f"SCALING_BOOK_RUN={token}".encode()
@@ -386,17 +486,8 @@ def _cleanup(proc: subprocess.Popen, uid: int | None, token: str) -> None:
 
 
 def _fresh_uid() -> int:
-    while True:
-        uid = _UID_BASE + secrets.randbelow(2**24)
-        if not any(_safe_uid(pid) == uid for pid in _pids()):
-            return uid
-
-
-def _safe_uid(pid: int) -> int | None:
-    try:
-        return _uid_of(pid)
-    except OSError:
-        return None
+    """A uid for one run, drawn at random from 2**24 unused ids (no passwd entry needed)."""
+    return _UID_BASE + secrets.randbelow(2**24)
 
 
 def _read_available(fd: int, into: bytearray, cap: int | None) -> bool:
@@ -433,27 +524,28 @@ def run_function(source: str, function_name: str, args_list: list[list], timeout
     token = secrets.token_hex(12)
     nonce = secrets.token_hex(16)
 
-    workdir = tempfile.mkdtemp(prefix="scaling-book-run-")
+    # Under bwrap the work directory must sit directly in /tmp (which the sandbox replaces).
+    workdir = tempfile.mkdtemp(prefix="scaling-book-run-",
+                               dir="/tmp" if mode == "bwrap" and os.path.isdir("/tmp") else None)
     start = time.monotonic()
     proc: subprocess.Popen | None = None
     try:
         spec = {
             "function": function_name,
-            "args": [json.dumps(list(args)) for args in args_list],
+            "args": [_py_literal(list(args)) for args in args_list],
             "limits": LIMITS,
             "uid": uid,
+            "nonce": nonce,
+            "source": source,
         }
-        files = {"runner.py": _RUNNER, "submission.py": source, "inputs.json": json.dumps(spec),
-                 "nonce": nonce}
-        for name, text in files.items():
-            with open(os.path.join(workdir, name), "w", encoding="utf-8", errors="surrogatepass") as f:
-                f.write(text)
+        inputs = os.path.join(workdir, "inputs.py")
+        with open(inputs, "w", encoding="utf-8", errors="surrogatepass") as f:
+            f.write(repr(spec))
         if uid is not None:
-            # The directory and files belong to the run's uid; the runner starts as a capability-less
-            # root under bwrap, so it must be able to traverse the directory and read the files.
-            for name in files:
-                os.chown(os.path.join(workdir, name), uid, uid)
-                os.chmod(os.path.join(workdir, name), 0o644)
+            # The directory and file belong to the run's uid; under bwrap the runner starts as a
+            # capability-less root, so it must be able to traverse the directory and read the file.
+            os.chown(inputs, uid, uid)
+            os.chmod(inputs, 0o644)
             os.chown(workdir, uid, uid)
             os.chmod(workdir, 0o711)
         env = {
@@ -468,7 +560,7 @@ def run_function(source: str, function_name: str, args_list: list[list], timeout
         if mode == "bwrap":
             cmd = _bwrap_command(workdir, python, drop_uid)
         else:
-            cmd = [python, "-I", "-S", "runner.py"]
+            cmd = [python, "-I", "-S", "-c", _RUNNER]
         try:
             proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -530,7 +622,7 @@ def run_function(source: str, function_name: str, args_list: list[list], timeout
             sel.close()
             if pidfd is not None:
                 os.close(pidfd)
-            _cleanup(proc, uid, token)
+            _cleanup(proc, uid, token, mode)
             proc.stdout.close()
             proc.stderr.close()
         duration = time.monotonic() - start

@@ -22,12 +22,11 @@ govern how implementation tasks are graded; `export_dir` points at the export (d
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import verifiers.v1 as vf
 from pydantic import Field
@@ -36,8 +35,9 @@ from scaling_book.graders import GRADER_VERSION, Grade, grade
 from scaling_book.paths import REPO_ROOT, export_dir
 from scaling_book.rubric import CORRECTNESS_WEIGHT, FORMAT_WEIGHT, format_reward
 
-CONFIGS = ("qa", "code", "train", "heldout_qa", "heldout_code", "heldout", "all")
-"""The exported configs (see `scaling_book.export.CONFIGS`)."""
+ConfigName = Literal["qa", "code", "train", "heldout_qa", "heldout_code", "heldout", "all"]
+"""The exported configs (`scaling_book.export.CONFIGS`; a test keeps the two in step)."""
+CONFIGS: tuple[str, ...] = get_args(ConfigName)
 
 GRADE_INFO_KEY = "grade"
 """Where a rollout's grade is kept on `trace.info` (serialized with the trace)."""
@@ -57,7 +57,7 @@ def in_eval_fraction(item_id: str, eval_fraction: float) -> bool:
 class ScalingBookTasksetConfig(vf.TasksetConfig):
     """Which items load and how they are graded (`--env.taskset.<field>`)."""
 
-    config: Literal["qa", "code", "train", "heldout_qa", "heldout_code", "heldout", "all"] = "train"
+    config: ConfigName = "train"
     """Exported config to load. Train on `train`; `heldout` is the chapter-12 transfer check."""
     eval_fraction: float = Field(0.2, ge=0.0, le=1.0)
     """Share of the config's items on the eval side of the stable hash split (see `subset`)."""
@@ -95,31 +95,27 @@ class ScalingBookTask(vf.Task[ScalingBookData, vf.State, ScalingBookTaskConfig])
     """Scores one response to one item. The grade is computed once per rollout and kept on
     `trace.info["grade"]`; every reward and metric reads it from there."""
 
-    def __init__(self, data: ScalingBookData, config: ScalingBookTaskConfig | None = None) -> None:
-        super().__init__(data, config)
-        self._grading: dict[str, asyncio.Future[Grade]] = {}
-
     @property
     def key(self) -> str:
         """The item id: durable across exports, unique within a config."""
         return self.data.id or self.hash
 
-    async def graded(self, trace: vf.Trace) -> Grade:
-        """The rollout's grade: computed on first use (in a worker thread, since a code item
-        runs a subprocess for up to `code_timeout` seconds), kept on the trace, then reused.
-        Rewards and metrics run concurrently, so the first caller grades and the others wait."""
+    def graded(self, trace: vf.Trace) -> Grade:
+        """The rollout's grade: computed by the first signal that asks, kept on the trace, and
+        reused by the others (and by any re-scoring of the same trace).
+
+        Grading runs on the event loop's thread, not in a worker thread. On CPython 3.11,
+        `ast.parse` is not thread-safe (python/cpython#106905: "AST constructor recursion depth
+        mismatch"), and both the graders (syntax check of code, formula vetting) and pydantic on
+        the loop's thread (every model construction in verifiers) call it. Graded in a thread,
+        about one 100-rollout eval in ten lost a correct answer to that error. The cost: the loop
+        waits while a code submission runs (typically well under 0.1 s; `code_timeout` at worst).
+        Since nothing awaits between the check and the store, concurrent signals cannot grade
+        twice."""
         kept = trace.info.get(GRADE_INFO_KEY)
         if kept is not None:
             return Grade(**{field: kept[field] for field in GRADE_FIELDS})
-        pending = self._grading.get(trace.id)
-        if pending is None:
-            pending = asyncio.ensure_future(self._grade_and_keep(trace))
-            self._grading[trace.id] = pending
-            pending.add_done_callback(lambda _: self._grading.pop(trace.id, None))
-        return await asyncio.shield(pending)
-
-    async def _grade_and_keep(self, trace: vf.Trace) -> Grade:
-        result = await asyncio.to_thread(self.grade_response, trace.last_reply)
+        result = self.grade_response(trace.last_reply)
         trace.info[GRADE_INFO_KEY] = {
             **{field: getattr(result, field) for field in GRADE_FIELDS},
             "grader": self.data.info.get("grader"),
@@ -139,17 +135,17 @@ class ScalingBookTask(vf.Task[ScalingBookData, vf.State, ScalingBookTaskConfig])
     @vf.reward(weight=CORRECTNESS_WEIGHT)
     async def correctness(self, trace: vf.Trace) -> float:
         """The grader's credit in [0, 1]."""
-        return (await self.graded(trace)).correctness
+        return self.graded(trace).correctness
 
     @vf.reward(weight=FORMAT_WEIGHT)
     async def format(self, trace: vf.Trace) -> float:
         """1 when the response followed the answer format (a parseable final answer), else 0."""
-        return format_reward(await self.graded(trace))
+        return format_reward(self.graded(trace))
 
     @vf.metric
     async def exact(self, trace: vf.Trace) -> float:
         """1 for full credit, else 0."""
-        return 1.0 if (await self.graded(trace)).exact else 0.0
+        return 1.0 if self.graded(trace).exact else 0.0
 
     @vf.metric
     async def heldout_flag(self, trace: vf.Trace) -> float:
@@ -162,7 +158,7 @@ class ScalingBookTask(vf.Task[ScalingBookData, vf.State, ScalingBookTaskConfig])
         response = gold_response(self.data)
         if response is None:
             return None
-        return (await asyncio.to_thread(self.grade_response, response)).exact
+        return self.grade_response(response).exact
 
 
 _CODE_ANSWER = re.compile(r"^(?P<function>\w+) \(reference solution in seed/(?P<module>[\w/.-]+\.py)\)$")

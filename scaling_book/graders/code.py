@@ -32,6 +32,10 @@ __all__ = [
 ]
 
 
+#: Longest submission run, in characters.
+MAX_SOURCE_CHARS = 100_000
+
+
 def _is_number(v: Any) -> bool:
     return type(v) in (int, float)
 
@@ -158,6 +162,8 @@ def grade_code(info: Mapping[str, Any], code: str | None, *, allow_code_executio
         return 0.0, False, "item is missing its function name, tests or compare mode"
     if code is None:
         return 0.0, False, "no ```python block in the response"
+    if len(code) > MAX_SOURCE_CHARS:
+        return 0.0, False, f"submission is {len(code)} characters; the limit is {MAX_SOURCE_CHARS}"
     if not allow_code_execution:
         return 0.0, False, "code execution disabled (allow_code_execution=False): scored 0, nothing run"
     result = run_function(code, function, [t["args"] for t in tests], code_timeout_s)

@@ -33,7 +33,6 @@ __all__ = [
     "extract_code",
     "strip_markup",
     "parse_number",
-    "parse_numbers",
     "split_values",
 ]
 
@@ -94,17 +93,29 @@ def _unwrap_braced(text: str, pattern: re.Pattern[str]) -> str:
     return text
 
 
-def strip_markup(text: str) -> str:
-    """Remove markdown emphasis, code ticks and LaTeX wrappers; normalise dashes and spaces."""
-    t = text
+def strip_markup(text: str, *, emphasis: bool = True) -> str:
+    """Remove markdown emphasis, code ticks and LaTeX wrappers; normalise dashes and spaces.
+
+    ``emphasis=False`` (formulas, where ``*`` and ``**`` are operators) removes emphasis only when it
+    wraps the whole text (``**T/D**``).
+    """
+    t = text.strip()
+    if not emphasis:
+        for _ in range(3):
+            m = re.fullmatch(r"(\*\*|__|\*|_)(.+)\1", t, re.S)
+            if not m:
+                break
+            t = m.group(2).strip()
     t = t.replace("\\left", "").replace("\\right", "")
     t = _unwrap_braced(t, _LATEX_WRAPPERS)
     t = t.replace("$$", " ").replace("$", " ")
     t = re.sub(r"\\[\(\)\[\]]", " ", t)  # \( \) \[ \]
     t = t.replace("`", " ")
-    t = re.sub(r"\*\*|__", " ", t)
-    t = re.sub(r"(?<![\w)])\*(?=\S)|(?<=\S)\*(?![\w(])", " ", t)  # *emphasis*, not 2*3
-    t = re.sub(r"(?<!\w)_(?=\S)|(?<=\S)_(?!\w)", " ", t)
+    if emphasis:
+        t = re.sub(r"(?<=\d)\s*\*\*\s*(?=[-+]?\d)", "^", t)  # 10**12 is a power, not emphasis
+        t = re.sub(r"\*\*|__", " ", t)
+        t = re.sub(r"(?<![\w)])\*(?=\S)|(?<=\S)\*(?![\w(])", " ", t)  # *emphasis*, not 2*3
+        t = re.sub(r"(?<!\w)_(?=\S)|(?<=\S)_(?!\w)", " ", t)
     t = t.replace("\\%", "%").replace("\\,", "").replace("\\!", "").replace("\\;", " ")
     t = t.replace("\\ ", " ").replace("\\approx", "≈").replace("\\sim", "~")
     t = t.replace("\\cdot", "·").replace("\\times", "×")
@@ -136,15 +147,23 @@ _APPROX = re.compile(
 _MANTISSA = r"(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?:[ ']\d{3})+(?![\d.,])|\d+)(?:\.\d+)?|\.\d+"
 _EXP_E = r"[eE][+-]?\d+"
 _TIMES = r"\s*(?:×|x|X|\*|·|⋅)\s*"
-_POW10 = r"10\s*(?:\^|\*\*)\s*\{?\s*(?P<pexp>[+-]?\d+)\s*\}?|10(?P<sexp>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+)"
+
+
+def _pow10(tag: str) -> str:
+    """``10^n`` in its written forms: ``10^12``, ``10^{12}``, ``10**12``, ``10¹²``; named by ``tag``."""
+    return (rf"10\s*(?:\^|\*\*)\s*\{{?\s*(?P<pexp{tag}>[+-]?\d+)\s*\}}?"
+            rf"|10(?P<sexp{tag}>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+)")
+
+
 _NUMBER = re.compile(
     rf"(?<![\w.])(?P<sign>[+-])?\s*"
-    rf"(?:(?P<mant>{_MANTISSA})(?:(?P<e>{_EXP_E})|{_TIMES}(?P<pow>{_POW10}))?|(?P<bare>{_POW10}))"
-    rf"(?![\w])"
+    rf"(?:(?P<bare>{_pow10('2')})|(?P<mant>{_MANTISSA})(?:(?P<e>{_EXP_E})|{_TIMES}(?P<pow>{_pow10('1')}))?)"
+    rf"(?!\d)"
 )
 _PERCENT = re.compile(r"^\s*(?:%|percent\b|per\s*cent\b)", re.I)
 
 # Magnitude prefixes (symbol or word) that may precede a base unit.
+# Longest first, so "Gi" is tried before "G".
 _PREFIX_SYMBOLS = ["Ki", "Mi", "Gi", "Ti", "Pi", "k", "K", "M", "G", "T", "P", "E", "m", "µ", "μ", "u", "n", "p"]
 _PREFIX_WORDS = ["kibi", "mebi", "gibi", "tebi", "pebi", "kilo", "mega", "giga", "tera", "peta", "exa",
                  "milli", "micro", "nano", "pico"]
@@ -153,7 +172,7 @@ _PREFIX_CANON = {"K": "k", "μ": "µ", "u": "µ", "kibi": "Ki", "mebi": "Mi", "g
                  "milli": "m", "micro": "µ", "nano": "n", "pico": "p"}
 # Base units (lower-cased spellings -> canonical name). Symbol spellings are case-sensitive below.
 _BASE_WORDS = {
-    "flop": "FLOP", "flops": "FLOP", "flop/s": "FLOP/s", "flops/s": "FLOP/s",
+    "flop": "FLOP", "flops": "FLOP",
     "byte": "B", "bytes": "B", "bit": "bit", "bits": "bit",
     "second": "s", "seconds": "s", "sec": "s", "secs": "s",
     "hertz": "Hz", "watt": "W", "watts": "W",
@@ -161,7 +180,7 @@ _BASE_WORDS = {
     "token": "token", "tokens": "token",
 }
 _BASE_SYMBOLS = {"B": "B", "b": "bit", "s": "s", "Hz": "Hz", "W": "W", "FLOP": "FLOP", "FLOPs": "FLOP",
-                 "FLOPS": "FLOP/s", "flop": "FLOP", "flops": "FLOP"}
+                 "FLOPS": "FLOP", "flop": "FLOP", "flops": "FLOP", "bps": "bit", "Bps": "B"}
 
 
 @dataclass(frozen=True)
@@ -173,37 +192,33 @@ class NumberParse:
     unit_text: str = ""
 
 
-def _unit_token(text: str) -> tuple[str | None, str | None] | None:
-    """Read the first unit token of ``text`` as (prefix, base); None when it is not a known unit.
+def _unit_token(text: str) -> tuple[str | None, str] | None:
+    """Read the first unit word of ``text`` as (prefix, base); None when it is not a known unit.
 
-    ``prefix`` is None for an unprefixed unit; base is canonical (``B``, ``FLOP``, ``s``...). A rate such as
-    ``GB/s`` reads as prefix ``G`` on base ``B/s``'s first part ``B``.
+    ``prefix`` is None for an unprefixed unit, else canonical (``k``, ``M``, ``G``, ``Gi``, ``m``, ``µ``...);
+    ``base`` is canonical (``B``, ``bit``, ``FLOP``, ``s``...). ``GB/s`` reads as (``G``, ``B``),
+    ``TFLOPs/s`` as (``T``, ``FLOP``), ``ms`` as (``m``, ``s``), ``seconds`` as (None, ``s``).
     """
-    m = re.match(r"\s*([A-Za-zµμ/]+)", text)
+    m = re.match(r"\s*([A-Za-zµμ]+)", text)
     if not m:
         return None
-    word = m.group(1)
-    head = word.split("/")[0] if not word.lower().startswith(("flop/s", "flops/s")) else word
+    head = m.group(1)
     low = head.lower()
-    if low in _BASE_WORDS:
-        return None, _BASE_WORDS[low]
     if head in _BASE_SYMBOLS:
         return None, _BASE_SYMBOLS[head]
+    if low in _BASE_WORDS:
+        return None, _BASE_WORDS[low]
     for p in _PREFIX_WORDS:
         if low.startswith(p) and low[len(p):] in _BASE_WORDS:
             return _PREFIX_CANON.get(p, p), _BASE_WORDS[low[len(p):]]
     for p in _PREFIX_SYMBOLS:
+        if not head.startswith(p) or len(head) == len(p):
+            continue
         rest = head[len(p):]
-        if head.startswith(p) and rest:
-            base = _BASE_SYMBOLS.get(rest) or _BASE_WORDS.get(rest.lower()) if rest not in ("s",) or p != "m" else "s"
-            if rest in _BASE_SYMBOLS:
-                base = _BASE_SYMBOLS[rest]
-            elif rest.lower() in _BASE_WORDS and rest[0].isupper() or rest.lower() in ("flop", "flops"):
-                base = _BASE_WORDS[rest.lower()]
-            else:
-                base = None
-            if base is not None:
-                return _PREFIX_CANON.get(p, p), base
+        if rest in _BASE_SYMBOLS:
+            return _PREFIX_CANON.get(p, p), _BASE_SYMBOLS[rest]
+        if rest.lower() in ("flop", "flops", "byte", "bytes", "bit", "bits"):
+            return _PREFIX_CANON.get(p, p), _BASE_WORDS[rest.lower()]
     return None
 
 
@@ -233,7 +248,7 @@ def _check_unit(trailer: str, declared: str) -> str | None:
     if g_base == w_base and g_prefix != w_prefix:
         return (f"answer is in {trailer.split()[0]!r} but the question asks for {declared!r}: magnitude "
                 f"prefixes are not converted")
-    if g_base != w_base and g_prefix is not None:
+    if g_base != w_base:
         return f"answer is in {trailer.split()[0]!r} but the question asks for {declared!r}"
     return None
 
@@ -242,26 +257,28 @@ def _mantissa_value(text: str) -> float:
     return float(re.sub(r"[, ']", "", text))
 
 
+def _exponent(m: re.Match[str], tag: str) -> int:
+    if m.group("pexp" + tag) is not None:
+        return int(m.group("pexp" + tag))
+    return int(m.group("sexp" + tag).translate(_SUPERSCRIPTS))
+
+
 def _match_value(m: re.Match[str]) -> float:
     sign = -1.0 if m.group("sign") == "-" else 1.0
     if m.group("bare") is not None:
-        exp = m.group("pexp") if m.group("pexp") is not None else m.group("sexp").translate(_SUPERSCRIPTS)
-        return sign * 10.0 ** int(exp)
+        exp = _exponent(m, "2")
+        if abs(exp) > 400:
+            return sign * (math.inf if exp > 0 else 0.0)
+        return sign * 10.0 ** exp
     value = _mantissa_value(m.group("mant"))
     if m.group("e"):
         value = float(m.group("mant").replace(",", "").replace(" ", "").replace("'", "") + m.group("e"))
     elif m.group("pow"):
-        exp = m.group("pexp") if m.group("pexp") is not None else m.group("sexp").translate(_SUPERSCRIPTS)
-        exp_i = int(exp)
+        exp_i = _exponent(m, "1")
         if abs(exp_i) > 400:
             return sign * (math.inf if exp_i > 0 else 0.0)
         value = value * 10.0 ** exp_i
     return sign * value
-
-
-def _number_matches(text: str) -> list[re.Match[str]]:
-    t = text.translate(str.maketrans({"{": " ", "}": " "})) if "{," not in text else text.replace("{,}", ",")
-    return list(_NUMBER.finditer(t)), t  # type: ignore[return-value]
 
 
 def _clean_number_text(text: str) -> str:
@@ -282,15 +299,6 @@ def _clean_number_text(text: str) -> str:
     return t.strip()
 
 
-def parse_numbers(text: str) -> list[tuple[float, int, int, str]]:
-    """Every number in ``text`` as (value, start, end, normalised text), after markup clean-up."""
-    t = _clean_number_text(text)
-    out = []
-    for m in _NUMBER.finditer(t):
-        out.append((_match_value(m), m.start(), m.end(), t))
-    return out
-
-
 def parse_number(text: str, unit: str = "") -> NumberParse:
     """Read exactly one number from an answer (or one part of a multi-value answer).
 
@@ -302,6 +310,8 @@ def parse_number(text: str, unit: str = "") -> NumberParse:
     if not t:
         return NumberParse(None, "empty answer")
     matches = list(_NUMBER.finditer(t))
+    if re.search(r"(?i)(?<![a-z])(?:nan|inf|infinity|∞)(?![a-z])", t):
+        return NumberParse(None, f"non-finite value in {t[:80]!r}")
     if not matches:
         return NumberParse(None, f"no number found in {t[:80]!r}")
     first = matches[0]
@@ -332,6 +342,8 @@ def parse_number(text: str, unit: str = "") -> NumberParse:
                                  f"{others[0]!r}): ambiguous")
     if not math.isfinite(value):
         return NumberParse(None, f"non-finite value {first.group(0).strip()!r}")
+    if re.match(r"^(?:[*^+=×·]|/\s*[\d(]|-\s*\d)", trailer):
+        return NumberParse(None, f"the answer is an expression ({t[:40]!r}), not a number")
     trailer_unit = trailer.strip().strip("().,;:")
     bare_suffix = re.match(r"^(k|K|M|B|G|T|bn|mn)\b", trailer_unit)
     if bare_suffix and not _unit_token(trailer_unit) and not _same_unit(trailer_unit, unit):

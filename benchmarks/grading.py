@@ -1,0 +1,147 @@
+"""Grading performance, as ratios measured in one run on one machine.
+
+    uv run python benchmarks/grading.py [--export build/export] [--repeats 30]
+
+Prints:
+- code grading: latency per submission (one sandboxed run of all of an item's test cases, compared
+  in-process) divided by a bare `python -I -S -c pass` start of the same interpreter, for every
+  isolation mode this machine offers (target <= 1.5x);
+- formula grading: median and worst case over the dataset's formula items (gold and a wrong answer
+  each) and over hostile inputs; the worst case is bounded by `FORMULA_TIMEOUT_S` plus a worker
+  restart;
+- numeric grading throughput: numeric and numeric_multi rollouts graded per second.
+
+Needs an export (`uv run scaling-book build`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from scaling_book import sandbox  # noqa: E402
+from scaling_book.graders import grade  # noqa: E402
+from scaling_book.graders import formula  # noqa: E402
+
+HOSTILE_FORMULAS = [
+    "9**9**9**9", "2**30**5", "floor(10**10**10/T)", "T" + "**T" * 90,
+    "(T+D)**(T+D)**(T+D)**(T+D)**(T+D)**(T+D)**(T+D)**(T+D)", "(" * 90 + "T" + ")" * 90 + "**12345678",
+    "-" * 500 + "T", "T" * 2000, "__import__('os').system('true')",
+]
+
+
+def load_rows(export: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    files = sorted((export / "all").glob("*.parquet"))
+    if not files:
+        sys.exit(f"no export under {export}: run `uv run scaling-book build` first")
+    return [row for f in files for row in pq.read_table(f).to_pylist()]
+
+
+def bench_code(rows: list[dict], repeats: int) -> None:
+    print("code grading (one subprocess per submission, all test cases in it)")
+    infos = [r["info"] for r in rows if r["info"]["grader"] == "code"]
+    # A typical submission: the right function name, arithmetic on its arguments.
+    info = next(i for i in infos if i["code_compare"] == "rel")
+    tests = json.loads(info["code_tests"])
+    n_args = len(tests[0]["args"])
+    args = ", ".join(f"a{i}" for i in range(n_args))
+    response = f"```python\ndef {info['code_function']}({args}):\n    return 1.5 * a0\n```"
+    modes = ["rlimit"] + (["bwrap"] if sandbox.isolation_mode() == "bwrap" else [])
+    root = sandbox.os.geteuid() == 0
+    for mode in modes:
+        python, drops = sandbox._child_python(mode, root)
+        original = sandbox.isolation_mode
+        sandbox.isolation_mode = lambda mode=mode: mode  # type: ignore[assignment]
+        try:
+            grade(info, response)  # warm-up
+            # Interleaved, so that load from other processes hits both measurements alike.
+            bare_s, graded_s, ns_s = [], [], []
+            empty = tempfile.mkdtemp(dir="/tmp")
+            full = sandbox._bwrap_command(empty, python, drops) if mode == "bwrap" else []
+            ns_only = full[: full.index("--") + 1] + [python, "-I", "-S", "-c", "pass"] if full else []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                subprocess.run([python, "-I", "-S", "-c", "pass"], check=True)
+                bare_s.append(time.perf_counter() - start)
+                if ns_only:
+                    start = time.perf_counter()
+                    subprocess.run(ns_only, check=True)
+                    ns_s.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                grade(info, response)
+                graded_s.append(time.perf_counter() - start)
+        finally:
+            sandbox.isolation_mode = original  # type: ignore[assignment]
+        bare, per = statistics.median(bare_s), statistics.median(graded_s)
+        print(f"  {mode:6s}: {per * 1000:6.1f} ms per submission ({len(tests)} tests, item {info['item_id']}); "
+              f"bare `{Path(python).name} -I -S -c pass` {bare * 1000:5.1f} ms; ratio {per / bare:.2f}x "
+              f"(target <= 1.5x){'; per-run uid' if drops else ''}")
+        if ns_s:
+            ns = statistics.median(ns_s)
+            print(f"          the same bwrap command running `-c pass` alone: {ns * 1000:5.1f} ms "
+                  f"({ns / bare:.2f}x bare): namespace setup; grading on top of it {per / ns:.2f}x")
+
+
+def bench_formula(rows: list[dict]) -> None:
+    print(f"formula grading (worker bound {formula.FORMULA_TIMEOUT_S:g} s per request)")
+    infos = [r["info"] for r in rows if r["info"]["grader"] == "formula"]
+    grade(infos[0], f"<answer>{infos[0]['formula_answer']}</answer>")  # start the worker
+    times = []
+    for info in infos:
+        for answer in (info["formula_answer"], f"({info['formula_answer'].split('>')[0].split('<')[0]}) + 1"):
+            start = time.perf_counter()
+            grade(info, f"<answer>{answer}</answer>")
+            times.append(time.perf_counter() - start)
+    print(f"  dataset ({len(times)} gradings): median {statistics.median(times) * 1000:.1f} ms, "
+          f"worst {max(times) * 1000:.1f} ms")
+    item = {"grader": "formula", "formula_answer": "T/(8*D)", "formula_symbols": ["T", "D"],
+            "formula_equivalents": []}
+    hostile = []
+    for text in HOSTILE_FORMULAS:
+        start = time.perf_counter()
+        g = grade(item, f"<answer>{text}</answer>")
+        hostile.append((time.perf_counter() - start, text, g.reason))
+    worst = max(hostile)
+    print(f"  hostile ({len(hostile)} inputs): median {statistics.median(t for t, _, _ in hostile) * 1000:.1f} ms, "
+          f"worst {worst[0] * 1000:.0f} ms ({worst[1][:24]!r}...: {worst[2][:60]}); "
+          f"bound {formula.FORMULA_TIMEOUT_S * 1000:.0f} ms + a worker restart; "
+          f"worker restarts {formula.worker_restarts()}")
+
+
+def bench_numeric(rows: list[dict], seconds: float = 2.0) -> None:
+    infos = [r["info"] for r in rows if r["info"]["grader"] in ("numeric", "numeric_multi")]
+    responses = [f"Reasoning...\n<answer>{'; '.join(f'{t:.4g}' for t in i['targets'])}</answer>" for i in infos]
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for info, response in zip(infos, responses):
+            grade(info, response)
+        n += len(infos)
+    rate = n / (time.perf_counter() - start)
+    print(f"numeric grading: {rate:,.0f} rollouts/s over {len(infos)} numeric and numeric_multi items")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--export", type=Path, default=REPO_ROOT / "build" / "export")
+    parser.add_argument("--repeats", type=int, default=40)
+    args = parser.parse_args()
+    rows = load_rows(args.export)
+    print(f"isolation mode: {sandbox.isolation_mode()}; {len(rows)} items")
+    bench_code(rows, args.repeats)
+    bench_formula(rows)
+    bench_numeric(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""The formula worker: the only process that hands model-authored text to sympy.
+
+Run by ``scaling_book.graders.formula`` as ``python _formula_worker.py <headroom-bytes>``; reads
+one JSON request per line on stdin, writes one JSON response per line on stdout. After importing
+sympy it caps its own address space (``RLIMIT_AS``) at its current size plus the headroom; the parent bounds every request in wall-clock
+time and kills and restarts this process when a request overruns. Requests have already been vetted
+by ``formula.vet`` (only numbers, declared symbols, arithmetic, comparisons and whitelisted functions).
+
+Standalone on purpose (sympy and the standard library only), so it starts without the package.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import resource
+import sys
+
+import sympy
+from sympy.parsing.sympy_parser import auto_number, parse_expr, rationalize
+
+FUNCTIONS = {
+    "sqrt": sympy.sqrt,
+    "log": sympy.log,
+    "ln": sympy.log,
+    "log2": lambda x: sympy.log(x, 2),
+    "log10": lambda x: sympy.log(x, 10),
+    "exp": sympy.exp,
+    "min": sympy.Min,
+    "max": sympy.Max,
+    "Min": sympy.Min,
+    "Max": sympy.Max,
+    "abs": sympy.Abs,
+    "Abs": sympy.Abs,
+    "ceil": sympy.ceiling,
+    "ceiling": sympy.ceiling,
+    "floor": sympy.floor,
+}
+GLOBALS = {
+    "__builtins__": {},
+    "Integer": sympy.Integer,
+    "Float": sympy.Float,
+    "Rational": sympy.Rational,
+}
+N_POINTS = 7
+DIGITS = 30
+
+
+def parse(text: str, symbols: list[str]) -> sympy.Expr:
+    local = {name: sympy.Symbol(name, positive=True) for name in symbols}
+    for name, fn in FUNCTIONS.items():
+        local.setdefault(name, fn)
+    expr = parse_expr(text, local_dict=local, global_dict=dict(GLOBALS),
+                      transformations=(auto_number, rationalize), evaluate=True)
+    if not isinstance(expr, sympy.Expr):
+        raise ValueError(f"not an expression: {type(expr).__name__}")
+    return expr
+
+
+def parse_form(form: dict, symbols: list[str]):
+    """A vetted form: {"kind": "expr", "expr": s} or {"kind": "rel", "op": o, "lhs": s, "rhs": s}.
+
+    Relations are normalised to (strict, D) meaning D > 0 (strict) or D >= 0, D = greater - lesser.
+    """
+    if form["kind"] == "expr":
+        return ("expr", parse(form["expr"], symbols))
+    lhs, rhs = parse(form["lhs"], symbols), parse(form["rhs"], symbols)
+    op = form["op"]
+    strict = op in ("<", ">")
+    d = rhs - lhs if op in ("<", "<=") else lhs - rhs
+    return ("rel", strict, d)
+
+
+def _points(free: set, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    names = sorted(free, key=str)
+    pts = []
+    for _ in range(N_POINTS):
+        pts.append({s: sympy.Float(10 ** rng.uniform(-1.0, 3.0), DIGITS) for s in names})
+    return pts
+
+
+def _num(expr, point) -> complex | None:
+    try:
+        v = sympy.N(expr.subs(point), DIGITS)
+        c = complex(v)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError):
+        return None
+    if c != c or abs(c) == float("inf"):
+        return None
+    return c
+
+
+def numerically_equal(a, b) -> tuple[bool, str]:
+    free = a.free_symbols | b.free_symbols
+    valid = 0
+    for point in _points(free, seed=1234):
+        va, vb = _num(a, point), _num(b, point)
+        if va is None and vb is None:
+            continue
+        if va is None or vb is None:
+            return False, "defined at a point where the other side is not"
+        valid += 1
+        scale = max(abs(va), abs(vb), 1e-30)
+        if abs(va - vb) > 1e-9 * scale:
+            return False, "differs at a sample point"
+    if valid >= 3:
+        return True, f"agrees at {valid} sample points"
+    try:
+        if sympy.simplify(a - b) == 0:
+            return True, "simplifies to the same expression"
+    except Exception as exc:  # noqa: BLE001 - sympy raises many types
+        return False, f"could not compare: {type(exc).__name__}"
+    return False, "too few points where both sides are defined"
+
+
+def equivalent(answer, gold) -> tuple[bool, str]:
+    if answer[0] != gold[0]:
+        return False, ("a relation where an expression was asked" if answer[0] == "rel"
+                       else "an expression where a relation was asked")
+    if answer[0] == "expr":
+        return numerically_equal(answer[1], gold[1])
+    _, strict_a, d_a = answer
+    _, strict_g, d_g = gold
+    if not d_a.free_symbols:
+        return False, "the relation has no free symbols (a constant truth value)"
+    if strict_a != strict_g:
+        return False, "strictness differs (< vs <=)"
+    same, why = numerically_equal(d_a, d_g)
+    if same:
+        return True, "same relation: " + why
+    # The same claim scaled by a positive factor: D_a = r * D_g with r > 0 (symbols are positive).
+    try:
+        ratio = sympy.simplify(d_a / d_g)
+    except Exception as exc:  # noqa: BLE001
+        return False, f"could not compare relations: {type(exc).__name__}"
+    if ratio.is_positive is True:
+        return True, f"same relation up to the positive factor {ratio}"
+    free = ratio.free_symbols
+    values = [_num(ratio, p) for p in _points(free, seed=99)]
+    if not free and values and all(v is not None and abs(v.imag) < 1e-12 and v.real > 0 for v in values):
+        return True, "same relation up to a positive constant"
+    return False, "different relation (orientation or sides differ)"
+
+
+def handle(req: dict) -> dict:
+    op = req.get("op")
+    symbols = req.get("symbols") or []
+    if op == "ping":
+        return {"ok": True}
+    if op == "parse":
+        parse_form(req["form"], symbols)
+        return {"ok": True}
+    if op == "equiv":
+        answer = parse_form(req["form"], symbols)
+        reasons = []
+        for i, gold_form in enumerate(req["golds"]):
+            gold = parse_form(gold_form, symbols)
+            same, why = equivalent(answer, gold)
+            if same:
+                return {"ok": True, "equal": True, "matched": i, "reason": why}
+            reasons.append(why)
+        return {"ok": True, "equal": False, "matched": None, "reason": reasons[0] if reasons else "no gold"}
+    return {"ok": False, "error": f"unknown op {op!r}"}
+
+
+def _address_space_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def main() -> None:
+    headroom = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    if headroom:
+        limit = _address_space_bytes() + headroom
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    sys.setrecursionlimit(3000)
+    out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        try:
+            resp = handle(json.loads(line))
+        except MemoryError:
+            resp = {"ok": False, "error": "MemoryError: the formula exceeded the worker's memory bound"}
+        except RecursionError:
+            resp = {"ok": False, "error": "RecursionError: the formula is nested too deeply"}
+        except Exception as exc:  # noqa: BLE001 - report, never die on a bad formula
+            resp = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        out.write(json.dumps(resp) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

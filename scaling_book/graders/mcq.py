@@ -1,0 +1,89 @@
+"""The multiple-choice grader: one explicit letter, binary.
+
+Reading the letter from the answer block, in priority order:
+
+1. the whole answer is one letter, optionally wrapped (``D``, ``(D)``, ``D.``, ``**D**``, ``\\boxed{D}``,
+   ``Option D``, ``Answer: D``);
+2. an explicit cue: "the answer is D", "answer: D", "correct option is (D)", "choose D"... (the last
+   cue wins; a cue naming two letters is ambiguous);
+3. the answer starts with a letter and a delimiter, followed by text (``D) all-gather``, ``D: ...``);
+4. after discarding negated letters ("not B", "except B", "rather than B") and punctuation, what is
+   left is one letter: "not B; D" reads as D.
+
+Anything else — no letter, two letters ("A or C"), every letter, a letter inside other text such as
+"I think D" or a formula "2*N*D" — scores 0 with the reason recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from scaling_book.graders.extract import strip_markup
+
+__all__ = ["read_letter", "grade_mcq"]
+
+_CUE = re.compile(
+    r"(?i:answer|option|choice)\s*(?i:is|:|=|-)?\s*(?i:option|choice|letter)?\s*[:\-]?\s*\(?([A-Z])\)?(?![\w])"
+    r"|(?i:\b(?:choose|select|pick)\s+(?:option\s+)?)\(?([A-Z])\)?(?![\w])"
+)
+_NEGATED = re.compile(r"(?i)\b(?:not|isn't|is not|except|rather than|instead of|excluding|but not)\s+"
+                      r"(?:option\s+|choice\s+)?\(?([A-Z])\)?(?![\w])")
+
+
+def read_letter(answer: str, letters: list[str]) -> tuple[str | None, str]:
+    """The one letter an answer chooses among ``letters``, or (None, why not)."""
+    valid = {l.upper() for l in letters}
+    t = strip_markup(answer)
+    t = re.sub(r"(?i)\\boxed|\\text", "", t).replace("{", " ").replace("}", " ").strip()
+    # 1. the whole answer is a letter
+    bare = re.sub(r"(?i)^(?:final\s+)?(?:answer|option|choice)\s*(?:is)?\s*[:\-]?\s*", "", t).strip()
+    bare = bare.strip(" .()[]:*")
+    if len(bare) == 1 and bare.upper() in valid:
+        return bare.upper(), f"answer is the single letter {bare.upper()}"
+    # 2. explicit cue
+    cues = []
+    for m in _CUE.finditer(t):
+        letter = (m.group(1) or m.group(2) or "").upper()
+        if letter in valid:
+            cues.append(letter)
+    if cues:
+        return cues[-1], f"explicit cue names {cues[-1]}"
+    # 3. a leading letter with a delimiter
+    m = re.match(r"^\(?([A-Z])\s*(?:\)|\.|:|\s-\s|\s—\s)", t)
+    if m and m.group(1) in valid:
+        return m.group(1), f"answer starts with {m.group(1)} and a delimiter"
+    # 4. what is left after discarding negated letters ("not B; D") is a single letter
+    remaining = _NEGATED.sub(" ", t)
+    remaining = re.sub(r"[;,.:!]", " ", remaining).strip(" ()[]*")
+    remaining = re.sub(r"(?i)^(?:so|thus|hence|therefore|then|but|instead|rather)\s+", "", remaining).strip()
+    if len(remaining) == 1 and remaining.upper() in valid:
+        return remaining.upper(), f"the only choice letter not negated is {remaining.upper()}"
+    named = sorted({x for x in re.findall(r"(?<![\w'])\(?([A-Z])\)?(?![\w'])", t) if x in valid})
+    if not named:
+        return None, "no choice letter in the answer"
+    if len(named) > 1:
+        return None, f"several letters ({', '.join(named)}): not a single choice"
+    return None, f"letter {named[0]} is not given as an explicit single choice (write just the letter)"
+
+
+def grade_mcq(info: Mapping[str, Any], answer: str | None) -> tuple[float, bool, str, bool]:
+    """Grade one letter. Returns (correctness, exact, reason, formatted)."""
+    gold = str(info.get("answer_letter") or "").strip().upper()
+    try:
+        choices = json.loads(info.get("choices") or "{}")
+    except ValueError:
+        choices = {}
+    letters = sorted(choices) if isinstance(choices, dict) and choices else []
+    if not gold or gold not in {l.upper() for l in letters}:
+        return 0.0, False, "item has no valid answer letter", answer is not None
+    if answer is None:
+        return 0.0, False, "no <answer> block", False
+    letter, why = read_letter(answer, letters)
+    if letter is None:
+        return 0.0, False, f"answer {answer[:80]!r}: {why}", False
+    if letter == gold:
+        return 1.0, True, f"{why}; correct", True
+    return 0.0, False, f"{why}; the answer is {gold}", True

@@ -1,0 +1,274 @@
+"""The code sandbox under hostile submissions, in every isolation mode this machine offers.
+
+rlimit mode runs everywhere; bwrap mode runs when bubblewrap is installed and works (Debian/Ubuntu:
+`apt-get install bubblewrap`), and its tests are skipped otherwise. Timeouts here are short (2-3 s)
+so the whole file stays fast; every assertion is on the sandbox's observable result or on the
+machine's process table and filesystem afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from scaling_book import sandbox
+from scaling_book.sandbox import CallError, isolation_mode, run_function
+
+BWRAP = isolation_mode() == "bwrap"
+MODES = ["rlimit", pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP, reason="bubblewrap not available"))]
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line contains ``marker``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def wait_until_gone(marker: str, within_s: float = 2.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        left = processes_with(marker)
+        if not left:
+            return []
+        time.sleep(0.05)
+    return processes_with(marker)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sandbox_returns_plain_values_per_call(mode):
+    src = "def f(a, b):\n    print('noise on stdout')\n    return [a * b, str(a), a > b, None, {'k': 1.5}]"
+    r = run_function(src, "f", [[2, 3], [4, 1]], 10, mode=mode)
+    assert (r.status, r.mode) == ("ok", mode)
+    assert r.values == [[6, "2", False, None, {"k": 1.5}], [4, "4", True, None, {"k": 1.5}]]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sandbox_infinite_loop_times_out_and_is_killed(mode):
+    r = run_function("def f():\n    while True:\n        pass", "f", [[]], 2, mode=mode)
+    assert r.status == "timeout"
+    assert 2.0 <= r.duration_s < 4.0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sandbox_memory_bomb_hits_the_address_space_limit(mode):
+    # 2 GB of list slots is far beyond RLIMIT_AS (512 MB): the call raises MemoryError.
+    r = run_function("def f():\n    x = [0] * (256 * 1024 * 1024)\n    return len(x)", "f", [[]], 10, mode=mode)
+    assert r.status == "ok"
+    assert isinstance(r.values[0], CallError) and "MemoryError" in r.values[0].message
+
+
+def processes_in(directory: str) -> list[int]:
+    """Pids whose working directory is ``directory`` (or was, if it has been deleted)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd == directory or cwd.startswith(directory + " ") or cwd.startswith(directory + "/"):
+            found.append(int(pid))
+    return found
+
+
+@pytest.fixture
+def workdirs(monkeypatch) -> list[str]:
+    """The working directories the sandbox creates during the test, in order."""
+    created: list[str] = []
+    real = sandbox.tempfile.mkdtemp
+
+    def recording(*args, **kwargs):
+        path = real(*args, **kwargs)
+        created.append(path)
+        return path
+
+    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", recording)
+    return created
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sandbox_fork_bomb_is_bounded_and_fully_killed(mode, workdirs):
+    # Every process forks forever; some exec a fresh interpreter that does the same. RLIMIT_NPROC (or,
+    # as root, the run's own uid plus RLIMIT_NPROC) bounds it; the timeout kills all of it.
+    marker = f"forkbomb-{secrets.token_hex(6)}"
+    src = (
+        "import os, sys\n"
+        "CODE = 'import os\\nwhile True:\\n    try:\\n        os.fork()\\n    except OSError:\\n        pass'\n"
+        "def f():\n"
+        "    while True:\n"
+        "        try:\n"
+        "            if os.fork() == 0:\n"
+        f"                os.execv(sys.executable, [sys.executable, '-S', '-c', CODE, '{marker}'])\n"
+        "        except OSError:\n"
+        "            pass\n"
+    )
+    r = run_function(src, "f", [[]], 3, mode=mode)
+    assert r.status == "timeout"
+    assert r.duration_s < 5.0
+    assert wait_until_gone(marker) == []
+    assert len(workdirs) == 1 and processes_in(workdirs[0]) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sandbox_output_flood_is_capped(mode):
+    # print() goes to /dev/null; raw writes to every inherited descriptor hit the stdout byte cap.
+    src = (
+        "import os\n"
+        "def f():\n"
+        "    chunk = b'x' * 65536\n"
+        "    while True:\n"
+        "        for fd in range(1, 10):\n"
+        "            try:\n"
+        "                os.write(fd, chunk)\n"
+        "            except OSError:\n"
+        "                pass\n"
+    )
+    r = run_function(src, "f", [[]], 5, mode=mode)
+    assert r.status == "error" and "stdout exceeded" in r.detail
+    assert r.duration_s < 5.0
+    printer = "def f():\n    for _ in range(200000):\n        print('x' * 100)\n    return 1"
+    r = run_function(printer, "f", [[]], 10, mode=mode)
+    assert (r.status, r.values) == ("ok", [1])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sandbox_background_grandchildren_do_not_survive(mode, workdirs):
+    marker = f"{secrets.randbelow(10**6) + 10**6}.5"
+    src = (
+        "import os, subprocess\n"
+        "def f():\n"
+        f"    subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+        "    if os.fork() == 0:\n"
+        "        os.setsid()\n"
+        "        if os.fork() == 0:\n"
+        f"            os.execv('/bin/sleep', ['sleep', '{marker}1'])\n"
+        "        os._exit(0)\n"
+        "    return 7\n"
+    )
+    r = run_function(src, "f", [[]], 10, mode=mode)
+    assert (r.status, r.values) == ("ok", [7])
+    assert wait_until_gone(marker) == []
+    assert processes_in(workdirs[0]) == []
+
+
+def _writes_outside(mode: str, target: Path) -> tuple[sandbox.SandboxResult, bool]:
+    src = (
+        "def f(path):\n"
+        "    try:\n"
+        "        with open(path, 'w') as fh:\n"
+        "            fh.write('pwned')\n"
+        "        return 'written'\n"
+        "    except OSError as e:\n"
+        "        return type(e).__name__\n"
+    )
+    r = run_function(src, "f", [[str(target)]], 10, mode=mode)
+    return r, target.exists()
+
+
+@pytest.mark.skipif(not BWRAP, reason="bubblewrap not available")
+def test_bwrap_writes_outside_the_work_directory_do_not_reach_the_host(tmp_path):
+    # The host's /tmp is replaced by a private tmpfs; everything else is read-only.
+    r, exists = _writes_outside("bwrap", Path("/tmp") / f"scaling-book-escape-{secrets.token_hex(6)}")
+    assert r.status == "ok" and not exists
+    r, exists = _writes_outside("bwrap", Path.cwd() / f"escape-{secrets.token_hex(6)}")
+    assert r.values == ["OSError"] or r.values in (["PermissionError"],) and not exists
+    assert not exists
+
+
+def test_rlimit_writes_outside_the_work_directory_follow_the_documented_limits(tmp_path):
+    # Without bwrap the child shares the filesystem. As root it runs under a fresh unprivileged uid
+    # and cannot write into a root-owned 0755 directory; as an ordinary user it can (documented).
+    target_dir = tmp_path / "owned"
+    target_dir.mkdir(mode=0o755)
+    os.chmod(target_dir, 0o755)
+    r, exists = _writes_outside("rlimit", target_dir / "escape.txt")
+    assert r.status == "ok"
+    _, drops = sandbox._child_python("rlimit", os.geteuid() == 0)
+    if drops:
+        assert r.values == ["PermissionError"] and not exists
+    else:
+        assert r.values == ["written"] and exists
+
+
+@pytest.mark.skipif(not BWRAP, reason="bubblewrap not available")
+def test_bwrap_network_connections_are_refused():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        src = (
+            "import socket\n"
+            "def f(port):\n"
+            "    try:\n"
+            "        socket.create_connection(('127.0.0.1', port), timeout=2).close()\n"
+            "        return 'connected'\n"
+            "    except OSError as e:\n"
+            "        return type(e).__name__\n"
+        )
+        r = run_function(src, "f", [[port]], 10, mode="bwrap")
+        assert r.status == "ok" and r.values[0] != "connected", r.values
+        # the same submission does connect in rlimit mode (documented: not a sandbox)
+        r = run_function(src, "f", [[port]], 10, mode="rlimit")
+        assert r.values == ["connected"]
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sandbox_child_sees_arguments_only_and_a_minimal_environment(mode):
+    src = (
+        "import os, sys\n"
+        "def f(x):\n"
+        "    files = sorted(os.listdir('.'))\n"
+        "    blob = ''.join(open(p).read() for p in files if p != 'submission.py')\n"
+        "    return [files, sorted(os.environ), 'expected' in blob, 'tolerance' in blob, sys.stdin.read()]\n"
+    )
+    r = run_function(src, "f", [[1]], 10, mode=mode)
+    files, env, saw_expected, saw_tolerance, stdin = r.values[0]
+    assert files == []  # the runner read its input file and deleted it before the submission ran
+    assert not saw_expected and not saw_tolerance
+    assert set(env) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "PYTHONHASHSEED", "SCALING_BOOK_RUN", "PWD"}
+    assert stdin == ""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sandbox_resource_limits_are_set_in_the_child(mode):
+    src = (
+        "import resource\n"
+        "def f():\n"
+        "    return [resource.getrlimit(getattr(resource, n))[0] for n in\n"
+        "            ['RLIMIT_AS', 'RLIMIT_CPU', 'RLIMIT_NOFILE', 'RLIMIT_NPROC', 'RLIMIT_FSIZE']]\n"
+    )
+    r = run_function(src, "f", [[]], 10, mode=mode)
+    assert r.values == [[512 * 1024 * 1024, 30, 64, 64, 8 * 1024 * 1024]]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sandbox_exit_paths_are_statuses_not_values(mode):
+    assert run_function("import os\nos._exit(0)", "f", [[]], 10, mode=mode).status == "no_result"
+    r = run_function("import sys\nsys.exit(0)", "f", [[]], 10, mode=mode)
+    assert r.status == "error" and "SystemExit" in r.detail
+    r = run_function("def f(:\n", "f", [[]], 10, mode=mode)
+    assert r.status == "error" and "SyntaxError" in r.detail
+    r = run_function("import sys\ndef f():\n    sys.exit(0)", "f", [[], []], 10, mode=mode)
+    assert r.status == "ok" and all(isinstance(v, CallError) for v in r.values)
+
+
+def test_isolation_mode_is_reported():
+    assert isolation_mode() in ("bwrap", "rlimit")
