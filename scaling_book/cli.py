@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from scaling_book.paths import DEFAULT_EXPORT_DIR, EXPORT_ENV_VAR, export_dir
+from scaling_book.paths import DEFAULT_EXPORT_DIR, EXPORT_ENV_VAR, SEED_DIR, export_dir
 from scaling_book.store.engine import DB_ENV_VAR, DEFAULT_DB_URL
 
 EXIT_CONTENT = 1
@@ -60,6 +60,7 @@ def build(
     db: DbOption = None,
     export_to: ExportOption = None,
     no_export: Annotated[bool, typer.Option("--no-export", help="Load and gate only; write no export.")] = False,
+    seed_dir: Annotated[Path, typer.Option("--seed-dir", help="The seed folder to build from.")] = SEED_DIR,
 ) -> None:
     """Migrate the store to head, load seed/, run the validation gate, export every config.
 
@@ -74,7 +75,7 @@ def build(
     target = None if no_export else export_dir(export_to)
     try:
         with err.status("building") as status:
-            report = run_build(db, export_dir=target, on_progress=lambda message: status.update(message))
+            report = run_build(db, seed_dir=seed_dir, export_dir=target, on_progress=lambda message: status.update(message))
     except (SeedError, GateError) as exc:
         problems = getattr(exc, "issues", None) or getattr(exc, "failures", [])
         err.print(f"[bold red]build refused:[/bold red] {len(problems)} problem(s); nothing exported")

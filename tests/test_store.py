@@ -32,10 +32,12 @@ def test_upgrade_then_downgrade_base_leaves_no_tables(tmp_path: Path) -> None:
     command.upgrade(config, "head")
     engine = make_engine(url)
     assert "items" in inspect(engine).get_table_names()
+    assert set(inspect(engine).get_view_names()) == {"transfer_gap", "item_history", "grader_accuracy"}
     command.downgrade(config, "base")
     engine.dispose()
     engine = make_engine(url)
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
+    assert inspect(engine).get_view_names() == []
     engine.dispose()
 
 
