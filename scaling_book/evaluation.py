@@ -158,8 +158,6 @@ async def _evaluate(
     )
 
 
-
-
 def _outcome(task: Any, index: int, result: Any) -> RolloutOutcome:
     """The outcome of one finished slot: an `Episode`, or the exception `run_slot` raised."""
     info = task.data.info

@@ -231,8 +231,9 @@ def row_data(row: dict[str, Any]) -> ScalingBookData:
 
 
 def read_rows(config: str, export: Path | str | None = None) -> list[dict[str, Any]]:
-    """The rows of one exported config, in file order. Reads the parquet files directly (what
-    `datasets.load_dataset(export, config)` would load) without the datasets cache."""
+    """The rows of one exported config, in file order, checked against the export's manifest.
+    Reads the parquet files directly (what `datasets.load_dataset(export, config)` loads), so no
+    `datasets` cache can serve a previous build's rows."""
     import pyarrow.parquet as pq
 
     if config not in CONFIGS:
@@ -247,6 +248,17 @@ def read_rows(config: str, export: Path | str | None = None) -> list[dict[str, A
     rows: list[dict[str, Any]] = []
     for file in files:
         rows.extend(pq.read_table(file).to_pylist())
+    if (folder / "manifest.json").is_file():
+        from scaling_book.export import dataset_hash, read_manifest
+
+        expected = read_manifest(folder)["configs"][config]["dataset_hash"]
+        found = dataset_hash([row["info"]["content_hash"] for row in rows])
+        if found != expected:
+            raise ValueError(
+                f"config {config!r} under {folder}: its rows hash to {found[:12]}, but manifest.json "
+                f"says {expected[:12]}; the export is incomplete or mixed. Rebuild it "
+                "(`uv run scaling-book build`)"
+            )
     return rows
 
 

@@ -197,7 +197,7 @@ def test_gold_answer_of_every_item_validates(built, monkeypatch):
         return await asyncio.gather(*(task.validate(None) for task in tasks))
 
     results = asyncio.run(validate_all())
-    assert {task.data.id: result for task, result in zip(tasks, results)} == {task.data.id: True for task in tasks}
+    assert {task.data.id: result for task, result in zip(tasks, results, strict=True)} == {task.data.id: True for task in tasks}
 
 
 def test_hash_split_partitions_each_config_stably(built):
@@ -216,6 +216,23 @@ def test_hash_split_partitions_each_config_stably(built):
     # An item's side depends on its id alone, not on which other items share the config.
     assert ids("qa", "eval") == eval_side & ids("qa", "all")
     assert ids("all", "eval", 0.0) == set() and ids("all", "train", 1.0) == set()
+
+
+def test_taskset_refuses_rows_that_do_not_match_the_manifest(built, tmp_path):
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from scaling_book.taskset import read_rows
+
+    export = tmp_path / "export"
+    shutil.copytree(built["export_dir"], export)
+    [file] = (export / "qa").glob("*.parquet")
+    table = pq.read_table(file)
+    pq.write_table(table.slice(1), file)  # one item missing, manifest unchanged
+    assert len(read_rows("code", export)) == len(read_export_rows(built["export_dir"], "code"))
+    with pytest.raises(ValueError, match="manifest"):
+        read_rows("qa", export)
 
 
 def test_taskset_configs_are_the_exported_configs():
