@@ -7,7 +7,7 @@ dashboard and platform upload: it loads the scaling-book environment
 with `env.run_slot(...)` under a semaphore of `max_concurrent`. Every rollout becomes one
 `RolloutOutcome`: the response text, each reward and metric, the grader's reason, and a status
 that is "error" whenever verifiers recorded a failure (provider, harness, scoring) or a signal is
-missing. Nothing here writes to the store; `scaling_book.history.record_eval_run` does.
+missing. Nothing here writes to the store; `scaling_book.history.finish_run` does.
 """
 
 from __future__ import annotations

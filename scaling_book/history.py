@@ -17,24 +17,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from scaling_book.evaluation import RolloutOutcome
 from scaling_book.store.models import EvalRun, RolloutResult
-
-
-@dataclass(frozen=True)
-class RolloutRow:
-    """One rollout as stored: what the history tables need of an evaluation's outcome."""
-
-    item_id: str
-    rollout_index: int
-    status: str
-    response: str | None
-    correctness: float
-    format: float
-    exact: float
-    reward: float
-    reason: str
-    error: str | None
-    grader: str
 
 
 def _finite_unit(value: float) -> float:
@@ -62,7 +46,7 @@ def start_run(
         return run.id
 
 
-def finish_run(factory: sessionmaker[Session], run_id: int, rollouts: Iterable[RolloutRow],
+def finish_run(factory: sessionmaker[Session], run_id: int, rollouts: Iterable[RolloutOutcome],
                item_versions: dict[str, tuple[str, str]], error: str | None = None) -> str:
     """Write every rollout of run `run_id` and its final status in one transaction; return the status.
 

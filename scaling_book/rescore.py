@@ -15,7 +15,8 @@ from pathlib import Path
 from sqlalchemy import select
 
 from scaling_book.export import load_config
-from scaling_book.history import RolloutRow, finish_run, start_run
+from scaling_book.evaluation import RolloutOutcome
+from scaling_book.history import finish_run, start_run
 from scaling_book.run_eval import dataset_hash_of
 from scaling_book.rubric import format_reward, total_reward
 from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
@@ -34,6 +35,11 @@ class RescoreResult:
     grader_version: str
     rollouts: int
     changed_exact: int
+
+
+def heldout_flag(rollout: RolloutResult) -> float:
+    """1.0 for a rollout of a held-out item, else 0.0."""
+    return 1.0 if rollout.split == "heldout" else 0.0
 
 
 def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_timeout_s: float = 20.0,
@@ -70,16 +76,17 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
         rows, flips = [], 0
         for done, old in enumerate(rollouts, start=1):
             if old.status != "ok" or old.response is None:
-                rows.append(RolloutRow(old.item_id, old.rollout_index, "error", old.response, 0.0, 0.0, 0.0, 0.0,
-                                       "not rescored: the original rollout errored", old.error, old.grader))
+                rows.append(RolloutOutcome(old.item_id, old.rollout_index, "error", old.response, 0.0, 0.0, 0.0,
+                                           heldout_flag(old), 0.0, "not rescored: the original rollout errored",
+                                           old.error, old.grader))
             else:
                 result = grade(infos[old.item_id], old.response, allow_code_execution=allow_code_execution,
                                code_timeout_s=code_timeout_s)
                 exact = 1.0 if result.exact else 0.0
                 flips += exact != old.exact
-                rows.append(RolloutRow(old.item_id, old.rollout_index, "ok", old.response, result.correctness,
-                                       format_reward(result), exact, total_reward(result), result.reason, None,
-                                       old.grader))
+                rows.append(RolloutOutcome(old.item_id, old.rollout_index, "ok", old.response, result.correctness,
+                                           format_reward(result), exact, heldout_flag(old), total_reward(result),
+                                           result.reason, None, old.grader))
             if on_progress:
                 on_progress(done, len(rollouts))
         versions = {item_id: (info["content_hash"], info["split"]) for item_id, info in infos.items()}

@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from scaling_book.export import read_manifest
-from scaling_book.history import RolloutRow, finish_run, mark_failed, start_run
+from scaling_book.evaluation import RolloutOutcome
+from scaling_book.history import finish_run, mark_failed, start_run
 from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
 
 
@@ -48,10 +49,10 @@ class EvalSummary:
     error: str | None
     n_rollouts: int
     seconds: float
-    rows: list[RolloutRow]
+    rows: list[RolloutOutcome]
 
     def table(self) -> Table:
-        by_grader: dict[str, list[RolloutRow]] = defaultdict(list)
+        by_grader: dict[str, list[RolloutOutcome]] = defaultdict(list)
         for row in self.rows:
             by_grader[row.grader].append(row)
         table = Table(title=f"run {self.run_id} ({self.status})", title_justify="left")
@@ -114,9 +115,7 @@ def run_and_record(request: EvalRequest, db_url: str | None = None, console: Con
             message = f"{type(exc).__name__}: {exc}"
             mark_failed(factory, run_id, message)
             return EvalSummary(run_id, "failed", message, 0, time.perf_counter() - started, [])
-        rows = [RolloutRow(item_id=r.item_id, rollout_index=r.rollout_index, status=r.status, response=r.response,
-                           correctness=r.correctness, format=r.format, exact=r.exact, reward=r.reward,
-                           reason=r.reason, error=r.error, grader=r.grader) for r in outcome.rollouts]
+        rows = outcome.rollouts
         status = finish_run(factory, run_id, rows, item_versions(request.export_dir, request.config))
         error = None if status == "complete" else f"{sum(r.status != 'ok' for r in rows)} of {len(rows)} rollouts errored"
         return EvalSummary(run_id, status, error, len(rows), time.perf_counter() - started, rows)

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from scaling_book.history import RolloutRow, compare_runs, finish_run, start_run
+from scaling_book.evaluation import RolloutOutcome
+from scaling_book.history import compare_runs, finish_run, start_run
 from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
 
 VERSIONS = {f"ch01-item-{i}": (f"hash-{i}", "train") for i in range(40)}
 
 
-def _row(item_id: str, exact: float, status: str = "ok", index: int = 0) -> RolloutRow:
-    return RolloutRow(item_id, index, status, f"<answer>{exact}</answer>", exact, 1.0, exact,
-                      exact + 0.2, "scripted", None if status == "ok" else "boom", "numeric")
+def _row(item_id: str, exact: float, status: str = "ok", index: int = 0) -> RolloutOutcome:
+    return RolloutOutcome(item_id, index, status, f"<answer>{exact}</answer>", exact, 1.0, exact, 0.0,
+                          exact + 0.2, "scripted", None if status == "ok" else "boom", "numeric")
 
 
 def _start(factory, **overrides) -> int:
@@ -131,10 +132,11 @@ def test_rescore_regrades_stored_responses_into_a_new_run(built, tmp_path: Path)
     right = rows[0]["info"]["targets"][0]
     stored = [
         # Scored 0 at the time (say, by a grader bug) but right: the rescore must pay it.
-        RolloutRow(rows[0]["id"], 0, "ok", f"<answer>{right!r}</answer>", 0.0, 1.0, 0.0, 0.2, "old", None, "numeric"),
+        RolloutOutcome(rows[0]["id"], 0, "ok", f"<answer>{right!r}</answer>", 0.0, 1.0, 0.0, 0.0, 0.2, "old", None,
+                       "numeric"),
         # Wrong by a factor of 10, and so still worth 0 after rescoring.
-        RolloutRow(rows[1]["id"], 0, "ok", f"<answer>{rows[1]['info']['targets'][0] * 10!r}</answer>", 0.0, 1.0, 0.0,
-                   0.2, "old", None, "numeric"),
+        RolloutOutcome(rows[1]["id"], 0, "ok", f"<answer>{rows[1]['info']['targets'][0] * 10!r}</answer>", 0.0, 1.0,
+                       0.0, 0.0, 0.2, "old", None, "numeric"),
     ]
     run_id = start_run(factory, model="m", config="qa", rollouts_per_item=1, sampling={}, dataset_hash="d",
                        grader_version="0.0.1")
