@@ -242,17 +242,18 @@ class StaleExport(Exception):
 def load_config(out_dir: Path, config: str):
     """The rows of `config` in the export at `out_dir`, as a `datasets.Dataset`, verified fresh.
 
-    `datasets` caches a local export by path and may serve the previous build's rows after a rebuild,
-    so this forces a re-read and checks the rows' dataset hash against `manifest.json`.
+    Reads the config's parquet files directly into memory: `datasets.load_dataset` caches a local
+    folder under its base name, so after a rebuild, or with two exports both named `export`, it can
+    serve another build's rows. The rows' dataset hash is checked against `manifest.json`.
     Raises FileNotFoundError without an export and `StaleExport` on a mismatch.
     """
-    from datasets import load_dataset
-    from datasets.utils.logging import disable_progress_bar
+    import pyarrow.parquet as pq
+    from datasets import Dataset
 
-    disable_progress_bar()
     expected = read_manifest(out_dir)["configs"][config]["dataset_hash"]
-    rows = load_dataset(str(out_dir), config, split="train", download_mode="force_redownload")
-    found = dataset_hash([row["content_hash"] for row in rows["info"]])
+    files = sorted((Path(out_dir) / config).glob("*.parquet"))
+    rows = [row for file in files for row in pq.read_table(file).to_pylist()]
+    found = dataset_hash([row["info"]["content_hash"] for row in rows])
     if found != expected:
         raise StaleExport(f"config {config!r} at {out_dir}: rows hash {found[:12]}, manifest {expected[:12]}")
-    return rows
+    return Dataset.from_list(rows, features=_features())
