@@ -149,7 +149,8 @@ def eval_command(
 def _fmt_interval(low: float | None, high: float | None, scale: float = 1.0, digits: int = 1) -> str:
     if low is None or high is None:
         return "-"
-    return f"[{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
+    low, high = scale * low + 0.0, scale * high + 0.0   # + 0.0 turns -0.0 into 0.0
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
 @app.command("transfer-check")
