@@ -1,8 +1,9 @@
 """The `scaling-book` command. Parses arguments and calls the module that owns each step.
 
-Exit codes: 0 success; 1 the seed or the gate refused the content (nothing exported); 2 usage error;
-3 an evaluation failed (a rollout errored or the endpoint was unreachable; the run is stored as
-failed); 4 a prerequisite is missing (no export: run `scaling-book build` first).
+Exit codes: 0 success; 1 the seed or the gate refused the content (nothing exported), or a rescore
+over changed items; 2 usage error (bad option, bad database URL); 3 an evaluation failed (a rollout
+errored or the endpoint was unreachable; the run is stored as failed); 4 something to read is missing
+(no export, no store, no such run, no history).
 """
 
 from __future__ import annotations
@@ -31,12 +32,15 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console(stderr=False)
-err = Console(stderr=True)
+# Piped output gets wide tables rather than rich's 80-column default, so nothing is cut.
+console = Console(stderr=False, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+EXIT_USAGE = 2
 
 DbOption = Annotated[
     Optional[str],
-    typer.Option("--db", help=f"Database URL. Default: ${DB_ENV_VAR}, else {DEFAULT_DB_URL}", show_default=False),
+    typer.Option("--db", help=f"Database URL, or the path of a SQLite file. Default: ${DB_ENV_VAR}, else "
+                 f"{DEFAULT_DB_URL}", show_default=False),
 ]
 ExportOption = Annotated[
     Optional[Path],
@@ -60,7 +64,8 @@ def build(
     db: DbOption = None,
     export_to: ExportOption = None,
     no_export: Annotated[bool, typer.Option("--no-export", help="Load and gate only; write no export.")] = False,
-    seed_dir: Annotated[Path, typer.Option("--seed-dir", help="The seed folder to build from.")] = SEED_DIR,
+    seed_dir: Annotated[Path, typer.Option("--seed-dir", help="The seed folder to build from.", exists=True,
+                                           file_okay=False)] = SEED_DIR,
 ) -> None:
     """Migrate the store to head, load seed/, run the validation gate, export every config.
 
@@ -134,6 +139,7 @@ def eval_command(
                           rollouts_per_item=rollouts, checkpoint=checkpoint, step=step,
                           max_concurrent=max_concurrent, export_dir=export_dir(export_from))
     _check_config(config)
+    _check_endpoint(base_url, api_key_var)
     try:
         summary = run_and_record(request, db_url=db, console=err)
     except MissingExport as exc:
@@ -178,6 +184,7 @@ def transfer_check_command(
     request = EvalRequest(model=model, base_url=base_url, api_key_var=api_key_var, config="train",
                           rollouts_per_item=rollouts, checkpoint=checkpoint, step=step,
                           max_concurrent=max_concurrent, export_dir=export_dir(export_from))
+    _check_endpoint(base_url, api_key_var)
     started = time.perf_counter()
     try:
         result = run_transfer_check(request, db_url=db, seed=seed, console=err)
@@ -236,6 +243,7 @@ def history(
     from scaling_book.history import plot_history, transfer_history
     from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
 
+    _require_store(db)
     upgrade_to_head(db)
     engine = make_engine(db)
     rows = transfer_history(make_session_factory(engine), model)
@@ -256,6 +264,7 @@ def history(
                       _fmt_interval(*r.matched_gap_ci))
     console.print(table)
     if plot is not None:
+        plot.parent.mkdir(parents=True, exist_ok=True)
         plot_history(rows, plot)
         console.print(f"plot written to {plot}")
 
@@ -271,6 +280,7 @@ def compare(
     from scaling_book.history import compare_runs
     from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
 
+    _require_store(db)
     upgrade_to_head(db)
     engine = make_engine(db)
     try:
@@ -301,11 +311,15 @@ def rescore(
     export_from: ExportOption = None,
 ) -> None:
     """Re-grade a stored run's responses with the current graders (no model call) into a new run."""
-    from scaling_book.rescore import RescoreError, rescore_run
+    from scaling_book.rescore import RescoreError, UnknownRun, rescore_run
 
+    _require_store(db)
     try:
         result = rescore_run(run, export_dir(export_from), db_url=db, code_timeout_s=code_timeout,
                              allow_code_execution=not no_code_execution)
+    except UnknownRun as exc:
+        err.print(f"[bold red]cannot rescore:[/bold red] {exc}")
+        raise typer.Exit(EXIT_MISSING) from None
     except RescoreError as exc:
         err.print(f"[bold red]cannot rescore:[/bold red] {exc}")
         raise typer.Exit(EXIT_CONTENT) from None
@@ -315,12 +329,35 @@ def rescore(
         raise typer.Exit(EXIT_EVAL_FAILED)
 
 
+def _check_endpoint(base_url: str, api_key_var: str) -> None:
+    """Usage errors for a malformed base URL; a warning when the key variable is unset."""
+    if not base_url.startswith(("http://", "https://")):
+        err.print(f"[bold red]--base-url {base_url!r} must start with http:// or https://[/bold red] "
+                  "(e.g. http://127.0.0.1:8000/v1)")
+        raise typer.Exit(EXIT_USAGE)
+    if not os.environ.get(api_key_var):
+        hint = " (that looks like a key: pass the NAME of the variable that holds it)" \
+            if api_key_var.startswith(("sk-", "key-")) else ""
+        err.print(f"[yellow]warning:[/yellow] environment variable {api_key_var} is not set{hint}; "
+                  "requests carry no real key", highlight=False)
+
+
+def _require_store(db: str | None) -> None:
+    """Exit 4 when a read-only command is pointed at a store that does not exist (never create one)."""
+    from scaling_book.store.engine import resolve_db_url, store_exists
+
+    if not store_exists(db):
+        err.print(f"[bold red]no store at {resolve_db_url(db)}[/bold red]: run `scaling-book build` (or pass the "
+                  "right --db)", highlight=False)
+        raise typer.Exit(EXIT_MISSING)
+
+
 def _check_config(config: str) -> None:
     from scaling_book.export import CONFIGS
 
     if config not in CONFIGS:
         err.print(f"[bold red]unknown config {config!r}[/bold red]; choose one of {', '.join(CONFIGS)}")
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_USAGE)
 
 
 db_app = typer.Typer(help="Inspect or migrate the store.", no_args_is_help=True)
@@ -345,7 +382,18 @@ def db_url(db: DbOption = None) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: database and driver problems become one clear line, not a traceback."""
+    from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    app(prog_name="scaling-book")
-    sys.exit(0)
+    try:
+        app(prog_name="scaling-book", standalone_mode=True)
+    except ArgumentError as exc:
+        err.print(f"[bold red]bad database URL:[/bold red] {exc} (use a SQLAlchemy URL or a SQLite file path)")
+        sys.exit(EXIT_USAGE)
+    except (DatabaseError, OperationalError) as exc:
+        err.print(f"[bold red]database error:[/bold red] {exc.orig if exc.orig else exc}", highlight=False)
+        sys.exit(EXIT_USAGE)
+    except ModuleNotFoundError as exc:
+        err.print(f"[bold red]missing database driver:[/bold red] {exc}; install it or use the SQLite default")
+        sys.exit(EXIT_USAGE)

@@ -68,12 +68,18 @@ def finish_run(factory: sessionmaker[Session], run_id: int, rollouts: Iterable[R
             ))
         failed = error is not None or any(row.status != "ok" for row in rollouts) or not rollouts
         run.status = "failed" if failed else "complete"
-        run.error = error or (
-            None if not failed else
-            f"{sum(r.status != 'ok' for r in rollouts)} of {len(rollouts)} rollouts errored" if rollouts else "no rollouts"
-        )
+        run.error = error if error is not None or not failed else failure_summary(rollouts)
         run.finished_at = datetime.now(UTC)
         return run.status
+
+
+def failure_summary(rollouts: list[RolloutOutcome]) -> str:
+    """'N of M rollouts errored; first: <error>': the cause a person needs to see first."""
+    if not rollouts:
+        return "no rollouts were run"
+    errored = [r for r in rollouts if r.status != "ok"]
+    first = next((r.error for r in errored if r.error), "no error text recorded")
+    return f"{len(errored)} of {len(rollouts)} rollouts errored; first: {first}"
 
 
 def mark_failed(factory: sessionmaker[Session], run_id: int, error: str) -> None:

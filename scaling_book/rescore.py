@@ -24,7 +24,11 @@ from scaling_book.store.models import EvalRun, RolloutResult
 
 
 class RescoreError(Exception):
-    """The run cannot be rescored (unknown run, or items changed since it ran)."""
+    """The run cannot be rescored: items changed since it ran."""
+
+
+class UnknownRun(RescoreError):
+    """There is no run with the given id."""
 
 
 @dataclass
@@ -58,7 +62,7 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
         with factory() as session:
             source = session.get(EvalRun, run_id)
             if source is None:
-                raise RescoreError(f"no eval run with id {run_id}")
+                raise UnknownRun(f"no eval run with id {run_id}")
             rollouts = list(session.scalars(
                 select(RolloutResult).where(RolloutResult.run_id == run_id).order_by(RolloutResult.id)))
         infos = {row["id"]: row["info"] for row in load_config(export_dir, source.config)}

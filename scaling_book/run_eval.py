@@ -16,7 +16,7 @@ from rich.table import Table
 
 from scaling_book.export import read_manifest
 from scaling_book.evaluation import RolloutOutcome
-from scaling_book.history import finish_run, mark_failed, start_run
+from scaling_book.history import failure_summary, finish_run, mark_failed, start_run
 from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
 
 
@@ -117,7 +117,7 @@ def run_and_record(request: EvalRequest, db_url: str | None = None, console: Con
             return EvalSummary(run_id, "failed", message, 0, time.perf_counter() - started, [])
         rows = outcome.rollouts
         status = finish_run(factory, run_id, rows, item_versions(request.export_dir, request.config))
-        error = None if status == "complete" else f"{sum(r.status != 'ok' for r in rows)} of {len(rows)} rollouts errored"
+        error = None if status == "complete" else failure_summary(rows)
         return EvalSummary(run_id, status, error, len(rows), time.perf_counter() - started, rows)
     finally:
         engine.dispose()

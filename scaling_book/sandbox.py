@@ -33,12 +33,17 @@ Isolation modes (``isolation_mode()``):
 - ``"bwrap"``: when bubblewrap is installed (Debian/Ubuntu package ``bubblewrap``) and works here, the
   child runs under ``bwrap`` with no network, a read-only root, a private ``/tmp``, a private PID
   namespace (every process of the run dies with it), no capabilities, and the working directory as
-  the only writable path. The project tree (seed and exported answer keys), the caller's working
-  directory and ``$HOME`` are replaced by empty directories.
+  the only writable path. The root is an allowlist, not the host's: the system directories
+  (``/usr`` and the ``/bin``, ``/lib``... links into it) and the interpreter's prefix, read-only;
+  nothing else of the host exists in it, so a copy of an answer key anywhere else on the machine is
+  out of reach. The project tree (seed and exported answer keys), the caller's working directory and
+  ``$HOME`` are empty directories. The working directory is a tmpfs of ``WORKDIR_CAP_BYTES`` (with
+  bubblewrap 0.7 or later), so a submission cannot fill the host's disk.
 - ``"rlimit"``: otherwise, the limits above only. The child runs with the caller's filesystem (it
   can read the seed, and as a non-root caller write your files) and network. When the caller is not
   root, a background process that starts a new session and clears its environment can outlive the
-  run; when it is root, the per-run uid catches it.
+  run; when it is root, the per-run uid catches it, and what that uid left in ``/tmp``, ``/var/tmp``
+  and ``/dev/shm`` is deleted after the run.
 
 Set ``SCALING_BOOK_ISOLATION=rlimit`` to force the rlimit mode.
 """
@@ -78,6 +83,10 @@ LIMITS: dict[str, int] = {
     "RLIMIT_NPROC": 64,  # processes of the run's uid
     "RLIMIT_FSIZE": 8 * 1024 * 1024,  # bytes per written file
 }
+
+#: Bytes the work directory can hold under bwrap (it is a tmpfs of this size); in rlimit mode only
+#: ``RLIMIT_FSIZE`` bounds each file.
+WORKDIR_CAP_BYTES = 16 * 1024 * 1024
 
 #: Bytes of child stdout read before the run is killed as an output flood.
 STDOUT_CAP_BYTES = 1024 * 1024
@@ -308,15 +317,43 @@ def _hidden_paths(prefix: str, drop_uid: bool, cwd: str, home: str, export: str)
     return kept
 
 
-def _bwrap_command(workdir: str, python: str, drop_uid: bool) -> list[str]:
+def _bwrap_command(workdir: str, python: str, drop_uid: bool, inputs_fd: int | None = None) -> list[str]:
+    """The bwrap command line for one run in ``workdir``. ``inputs_fd``: an open descriptor of the run's
+    ``inputs.py``, copied into the sandbox's work directory (the caller passes it to the child)."""
     head, tail = _bwrap_parts(python, drop_uid, os.getcwd(), os.environ.get("HOME", ""),
                               os.environ.get("SCALING_BOOK_EXPORT", ""))
-    return [*head, "--bind", workdir, workdir, "--chdir", workdir, *tail]
+    if _bwrap_has_size():
+        # A fresh tmpfs of WORKDIR_CAP_BYTES at the work directory's path, holding a copy of inputs.py:
+        # the child cannot fill the host's disk (RLIMIT_FSIZE bounds one file, not how many).
+        work = ["--size", str(WORKDIR_CAP_BYTES), "--perms", "0777", "--tmpfs", workdir]
+        if inputs_fd is not None:
+            work += ["--perms", "0644", "--file", str(inputs_fd), os.path.join(workdir, "inputs.py")]
+    else:  # bubblewrap < 0.7 cannot size a tmpfs: bind the host directory (bounded per file only)
+        work = ["--bind", workdir, workdir]
+    return [*head, *work, "--chdir", workdir, *tail]
+
+
+@functools.lru_cache(maxsize=1)
+def _bwrap_has_size() -> bool:
+    """Whether this bubblewrap can cap a tmpfs's size (``--size``, bubblewrap 0.7 and later)."""
+    try:
+        r = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--size" in r.stdout + r.stderr
+
+
+#: System directories the child sees, read-only, under bwrap (symbolic links are recreated as links).
+#: Nothing else of the host's filesystem is mounted: not the project tree, not $HOME, not a copy of
+#: the answer key someone left in /srv or another checkout.
+_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache",
+                 "/nix/store")
 
 
 @functools.lru_cache(maxsize=16)
 def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) -> tuple[tuple, tuple]:
-    """The bwrap arguments before and after the work directory's bind (cached: they only depend on
+    """The bwrap arguments before and after the work directory's mount (cached: they only depend on
     the interpreter, the uid drop and the directories hidden from the child)."""
     root = os.geteuid() == 0
     cmd = [
@@ -331,18 +368,41 @@ def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) 
     ]
     if not root:
         cmd.append("--unshare-user")
-    cmd += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # An allowlist, not "--ro-bind / /": system directories and the interpreter's prefix, read-only.
+    bound: list[str] = []
+    for path in _SYSTEM_PATHS:
+        if os.path.islink(path):
+            cmd += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            cmd += ["--ro-bind", path, path]
+            bound.append(path)
     prefix = str(Path(python).resolve().parent.parent)
-    for hidden in _hidden_paths(prefix, drop_uid, cwd, home, export):
-        # An empty tmpfs over the directory; if the interpreter lives below it, recreate the path
-        # with traversable directories and bind the interpreter's prefix back, read-only.
-        cmd += ["--perms", "0755", "--tmpfs", hidden]
-        if Path(prefix).is_relative_to(hidden):
-            for parent in reversed(Path(prefix).parents):
-                if len(parent.parts) > len(Path(hidden).parts):
-                    cmd += ["--perms", "0755", "--dir", str(parent)]
-            cmd += ["--ro-bind", prefix, prefix]
+    hidden = _hidden_paths(prefix, drop_uid, cwd, home, export)
+    in_prefix = [h for h in hidden if Path(h).is_relative_to(prefix)]
+
+    def empty_dir(path: str) -> list[str]:
+        # an empty tmpfs (made read-only at the end), on a traversable path
+        out = [arg for parent in reversed(Path(path).parents) if len(parent.parts) > 1
+               for arg in ("--perms", "0755", "--dir", str(parent))]
+        return out + ["--perms", "0755", "--tmpfs", path]
+
+    cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for h in hidden:
+        if h not in in_prefix:
+            cmd += empty_dir(h)
+    if not any(Path(prefix).is_relative_to(b) for b in bound):
+        # recreate the path to it with traversable directories (e.g. /root is 0700 on the host)
+        for parent in reversed(Path(prefix).parents):
+            if len(parent.parts) > 1:
+                cmd += ["--perms", "0755", "--dir", str(parent)]
+        cmd += ["--ro-bind", prefix, prefix]
+    for h in in_prefix:  # a package installed into the interpreter's own site-packages
+        cmd += ["--perms", "0755", "--tmpfs", h]
+    remount = ["/tmp", "/dev", *hidden]
     tail = []
+    for path in remount:  # after the work directory's tmpfs is mounted inside /tmp
+        tail += ["--remount-ro", path]
+    tail += ["--remount-ro", "/"]
     if root:
         tail += ["--cap-drop", "ALL"]
         if drop_uid:
@@ -461,6 +521,30 @@ def _has_token(pid: int, token: bytes) -> bool:
         return token in f.read()
 
 
+#: World-writable directories a per-run uid can leave files in (rlimit mode); /dev/shm is memory.
+_SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _remove_files_of(uid: int) -> None:
+    """Delete what the run's uid (fresh, so everything it owns is this run's) left in the shared
+    world-writable directories: without this, 8 MB files written to /dev/shm outlive the run in RAM."""
+    for directory in _SHARED_WRITABLE:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                continue
+
+
 def _cleanup(proc: subprocess.Popen, uid: int | None, token: str, mode: str) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -470,6 +554,7 @@ def _cleanup(proc: subprocess.Popen, uid: int | None, token: str, mode: str) -> 
         pass  # the run's PID namespace dies with its first process: nothing can outlive it
     elif uid is not None:
         _kill_by(lambda pid: _uid_of(pid) == uid)
+        _remove_files_of(uid)
     else:
         needle = f"SCALING_BOOK_RUN={token}".encode()
         _kill_by(lambda pid: _has_token(pid, needle))
@@ -557,17 +642,23 @@ def run_function(source: str, function_name: str, args_list: list[list], timeout
             "PYTHONHASHSEED": "0",
             "SCALING_BOOK_RUN": token,
         }
+        inputs_fd = None
         if mode == "bwrap":
-            cmd = _bwrap_command(workdir, python, drop_uid)
+            inputs_fd = os.open(inputs, os.O_RDONLY)
+            cmd = _bwrap_command(workdir, python, drop_uid, inputs_fd)
         else:
             cmd = [python, "-I", "-S", "-c", _RUNNER]
         try:
             proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True, close_fds=True)
+                                    start_new_session=True, close_fds=True,
+                                    pass_fds=() if inputs_fd is None else (inputs_fd,))
         except OSError as e:
             return SandboxResult("error", None, f"could not start the child: {e}",
                                  time.monotonic() - start, mode)
+        finally:
+            if inputs_fd is not None:
+                os.close(inputs_fd)
 
         out, err = bytearray(), bytearray()
         timed_out = flooded = False
@@ -653,7 +744,7 @@ def _parse_report(out: bytes, nonce: str, n_calls: int, returncode: int | None, 
                              duration, mode)
     try:
         report: Any = json.loads(lines[0][len(prefix):])
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # a forged line can nest 500,000 deep
         return SandboxResult("error", None, f"malformed result line: {e}", duration, mode)
     if not isinstance(report, dict):
         return SandboxResult("error", None, "malformed result line: not an object", duration, mode)

@@ -66,8 +66,12 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None, seed: in
             session.add(check)
             session.flush()
             check_id = check.id
-        runs = {half: run_and_record(replace(request, config=half), db_url=db_url, console=console,
-                                     transfer_check_id=check_id) for half in HALVES}
+        runs: dict[str, EvalSummary] = {}
+        for half in HALVES:
+            runs[half] = run_and_record(replace(request, config=half), db_url=db_url, console=console,
+                                        transfer_check_id=check_id)
+            if runs[half].status != "complete":
+                break   # the check has failed already: do not spend the other half's rollouts
         failed = [half for half, run in runs.items() if run.status != "complete"]
         with factory() as session, session.begin():
             check = session.get(TransferCheck, check_id)

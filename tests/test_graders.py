@@ -47,6 +47,28 @@ def test_extract_code_takes_the_last_python_block():
     assert extract_code("```js\nx\n```") is None
 
 
+def test_extract_answer_is_linear_in_unclosed_answer_tags():
+    # 100,000 unclosed "<answer>" tags (800 KB): the regex findall rescanned to the end from each one
+    # (about 10^10 steps); the scan finds none closed and stops.
+    import time
+
+    start = time.monotonic()
+    assert extract_answer("<answer>" * 100_000) is None
+    assert time.monotonic() - start < 2.0
+    # and the rule is unchanged: the last closed block; an unclosed tag swallows up to the next close
+    assert extract_answer("<answer>1</answer> text <answer>2") == "1"
+    assert extract_answer("<answer>1</answer><answer>2 <answer>3</answer>") == "2 <answer>3"
+
+
+def test_numeric_and_mcq_answer_blocks_longer_than_the_cap_fail_closed():
+    # 1,000 nested \boxed{} around 240: 8,000 + 3 + 1,000 = 9,003 characters > 4,000
+    long_number = "\\boxed{" * 1000 + "240" + "}" * 1000
+    g = grade(numeric_item(240.0, 0.02), ans(long_number))
+    assert g.correctness == 0.0 and "limit is 4000" in g.reason
+    g = grade(MCQ, ans("D) " + "mesh " * 800))  # 3 + 4,000 characters
+    assert g.correctness == 0.0 and "limit is 4000" in g.reason
+
+
 # ------------------------------------------------------------------------------------------------
 # numeric: written forms (target 240, tolerance 2 %)
 # ------------------------------------------------------------------------------------------------
@@ -71,6 +93,42 @@ def test_numeric_pays_for_written_forms_of_the_right_number(written):
 def test_numeric_reads_separators_exponents_minus_signs_and_number_words(written, target):
     g = grade(numeric_item(target, 1e-6), ans(written))
     assert g.correctness == 1.0, g.reason
+
+
+@pytest.mark.parametrize("written,target,unit", [
+    ("240_000", 240000.0, ""),                             # Python digit grouping
+    ("1_000_000_000_000", 1e12, ""),
+    ("7.2×", 7.2, "ratio"),                                # "times", not an unfinished product
+    ("7.2× faster", 7.2, "ratio"),
+    ("2.4 hundred", 240.0, ""),
+    ("2500 [GB/s]", 2500.0, "GB/s"),
+    ("2500 GB/sec", 2500.0, "GB/s"),
+    ("2500 GB per second", 2500.0, "GB/s"),
+    ("229 tokens per second per chip", 229.0, "tokens/s/chip"),
+    ("5.91e17 FLOPs per dollar", 5.91e17, "FLOPs/USD"),
+])
+def test_numeric_pays_for_more_written_forms(written, target, unit):
+    g = grade(numeric_item(target, 0.02, unit), ans(written))
+    assert g.correctness == 1.0, g.reason
+
+
+@pytest.mark.parametrize("written,target,unit,reason_part", [
+    ("240..250", 240.0, "", "malformed"),                  # a range, not 240
+    ("240.5.5", 240.0, "", "malformed"),                   # was read as 240.5
+    ("1.000.000.000.000", 1e12, "", "malformed"),          # was read as 1.0
+    ("240_000", 240.0, "", "far from"),                    # 240000, not 240
+    ("2500 [MB/s]", 2500.0, "GB/s", "MB/s"),               # a bracket hid the prefix
+    ("2500~MB/s", 2500.0, "GB/s", "MB/s"),                 # so did a LaTeX space
+    ("2500 (in MB/s)", 2500.0, "GB/s", "MB/s"),
+    ("2500 in MB/s", 2500.0, "GB/s", "MB/s"),
+    ("2500 GB/ms", 2500.0, "GB/s", "per 'ms'"),            # per millisecond is 1000x GB/s
+    ("240 FLOPs/kB", 240.0, "FLOPs/byte", "per 'kB'"),     # 0.24 FLOPs/byte
+    ("240 FLOPs/bit", 240.0, "FLOPs/byte", "per 'bit'"),   # 1920 FLOPs/byte
+    ("229 tokens/ms/chip", 229.0, "tokens/s/chip", "per 'ms'"),
+])
+def test_numeric_refuses_ranges_malformed_numbers_and_hidden_unit_prefixes(written, target, unit, reason_part):
+    g = grade(numeric_item(target, 0.02, unit), ans(written))
+    assert g.correctness == 0.0 and reason_part in g.reason, g.reason
 
 
 def test_numeric_percent_is_a_fraction_unless_the_question_asks_in_percent():
@@ -204,6 +262,33 @@ def test_mcq_refuses_wrong_ambiguous_or_missing_letters(written, reason_part):
     assert g.correctness == 0.0 and reason_part in g.reason
 
 
+@pytest.mark.parametrize("written", [
+    "the answer is D or A",
+    "the option is D or A",
+    "choose D or A",
+    "the answer is D/A",
+    "answer: D and A",
+    "the answer is D, A.",
+    "D. mesh, A. ring",
+    "D) mesh\nA) ring",
+])
+def test_mcq_hedges_naming_the_right_letter_first_score_zero(written):
+    # a cue or a list naming D (right) and A (wrong) is not a single choice
+    g = grade(MCQ, ans(written))
+    assert g.correctness == 0.0 and "several letters" in g.reason, g.reason
+
+
+@pytest.mark.parametrize("written", [
+    "the answer is D, not A",
+    "the answer is D, and A is wrong",
+    "the answer is D and A is wrong",
+    "D: mesh, because a ring is slower",
+    "D) mesh",
+])
+def test_mcq_single_choice_with_another_letter_in_prose_still_pays(written):
+    assert grade(MCQ, ans(written)).correctness == 1.0
+
+
 # ------------------------------------------------------------------------------------------------
 # formula
 # ------------------------------------------------------------------------------------------------
@@ -217,6 +302,40 @@ FORMULA = {"grader": "formula", "formula_answer": "T/(8*D)", "formula_symbols": 
 def test_formula_pays_for_equivalent_forms(written):
     g = grade(FORMULA, ans(written))
     assert (g.correctness, g.exact, g.formatted) == (1.0, True, True), g.reason
+
+
+@pytest.mark.parametrize("written", [
+    "T D^{-1}/8",          # names side by side are a product
+    r"\frac{1}{8} T / D",
+    "1_000*T/(8000*D)",    # a Python digit group, not 1 * _000
+])
+def test_formula_pays_for_more_equivalent_forms(written):
+    g = grade(FORMULA, ans(written))
+    assert g.correctness == 1.0, g.reason
+
+
+def test_formula_space_products_keep_declared_names_plain_symbols():
+    item = {"grader": "formula", "formula_answer": "E*N + S**2/Q - I*O + beta*gamma",
+            "formula_symbols": ["E", "N", "S", "Q", "I", "O", "beta", "gamma"], "formula_equivalents": []}
+    assert grade(item, ans("E N + S^2/Q - I O + beta gamma")).correctness == 1.0
+
+
+CEIL = {"grader": "formula", "formula_answer": "ceil(N/8)", "formula_symbols": ["N"], "formula_equivalents": []}
+
+
+@pytest.mark.parametrize("item,written", [
+    (CEIL, "floor(N/8) + 1"),             # N = 64: ceil 8, floor + 1 = 9
+    (CEIL, "floor(N/8 + 1)"),             # the same claim
+    (FORMULA, "T/(8*D) + floor(T/10000)"),  # T = 20000: off by 2 (every real sample point is below 1000)
+])
+def test_formula_floor_and_ceiling_are_also_compared_at_integer_points(item, written):
+    g = grade(item, ans(written))
+    assert g.correctness == 0.0 and "integer sample point" in g.reason, g.reason
+
+
+def test_formula_ceiling_forms_that_agree_at_integers_still_pay():
+    assert grade(CEIL, ans("ceiling(N/8)")).correctness == 1.0
+    assert grade(CEIL, ans(r"\lceil N/8 \rceil")).correctness == 1.0
 
 
 @pytest.mark.parametrize("written", ["T/(4*D)", "T*D/8", "8*D/T", "0", "T", "T/(8*D) + 1"])
@@ -353,6 +472,17 @@ def test_code_comparisons_are_type_strict():
     assert test_passes([1, 1, 1, 1], [{"args": [], "expected": 1}] * 2, "exact", None) == [True, True]
     assert test_passes([1], [{"args": [], "expected": 1}] * 2, "exact", None) == [True, False]
     assert test_passes(None, [{"args": [], "expected": 1}], "exact", None) == [False]
+
+
+def test_code_huge_integer_fails_its_own_test_only():
+    # 10**400 on test 2 (0 FLOPs, expected 0.0) is beyond float range: that test fails, the other three
+    # pass: (3/4 - 1/4) / (3/4) = 2/3. It used to raise OverflowError and zero the whole grade.
+    body = "def compute_time_s(flops, flops_per_s):\n    return flops / flops_per_s if flops else 10**400"
+    g = grade(code_item(), code_response(body))
+    assert g.correctness == pytest.approx(2 / 3), g.reason
+    assert test_passes([10**400, 10**400, 5], [{"args": [], "expected": 5}, {"args": [], "expected": 5.0},
+                                               {"args": [], "expected": 5}], "exact", None) == [False, False, True]
+    assert test_passes([10**400], [{"args": [], "expected": 5.0}], "rel", 1e-6) == [False]
 
 
 def test_code_baseline_includes_echoing_an_argument():

@@ -7,7 +7,9 @@
 2. Every code exploit found in review scores exactly 0: reading the answer key, rewriting it, speaking
    the result protocol directly (with the nonce stolen from the runner's frame), claiming 100,000
    passes, exiting early, returning objects with a rigged `__eq__`, returning a truthy non-bool to a
-   predicate task, inspecting frames and the environment.
+   predicate task, inspecting frames and the environment, and (under bubblewrap) reading a copy of the
+   answer key left outside the project tree. Hedged answers pay nothing either: an mcq cue naming two
+   letters, a numeric range that starts at the target.
 3. A formula answer cannot execute anything in the grading process: payloads are refused, hostile
    ones are bounded in the worker, and grading internals are identical afterwards.
 
@@ -296,6 +298,70 @@ def test_bwrap_hides_the_project_tree_from_submissions():
     src = "import os\ndef f(path):\n    return os.path.isdir(path) and len(os.listdir(path))\n"
     r = run_function(src, "f", [[str(seed)], [str(REPO_ROOT / "build")]], 10)
     assert r.status == "ok" and r.values == [False, False], r.values
+
+
+@pytest.mark.skipif(__import__("scaling_book.sandbox").sandbox.isolation_mode() != "bwrap",
+                    reason="bubblewrap not available")
+def test_bwrap_answer_key_copied_outside_the_project_tree_is_out_of_reach():
+    # A copy of the answer key in a world-readable directory that is not the project tree, the cwd or
+    # $HOME (another checkout, a scratch folder). Under "--ro-bind / /" this read it and scored 1.0.
+    import shutil
+    import tempfile
+
+    base = "/var/tmp" if Path("/var/tmp").is_dir() else None
+    planted = Path(tempfile.mkdtemp(prefix="scaling-book-key-", dir=base))
+    try:
+        planted.chmod(0o755)
+        key = planted / "key.json"
+        key.write_text(PREDICATE_ITEM["code_tests"])
+        key.chmod(0o644)
+        src = (
+            "import json\n"
+            "def fits_in_hbm(*args):\n"
+            "    try:\n"
+            f"        cases = json.load(open({str(key)!r}))\n"
+            "    except OSError:\n"
+            "        return False\n"
+            "    return next(c['expected'] for c in cases if c['args'] == list(args))\n"
+        )
+        g = grade(PREDICATE_ITEM, f"```python\n{src}```")
+        assert g.correctness == 0.0, g.reason  # returns False everywhere: the 0.5 baseline
+    finally:
+        shutil.rmtree(planted, ignore_errors=True)
+
+
+def test_hedged_mcq_answers_score_zero_on_every_item(dataset):
+    # Naming two letters pays nothing, whichever comes first: 2 * 3 forms for every pair of letters.
+    forms = ["the answer is {0} or {1}", "choose {0}/{1}", "{0}. first, {1}. second"]
+    paid = []
+    for row in dataset:
+        info = row["info"]
+        if info["grader"] != "mcq":
+            continue
+        letters = sorted(json.loads(info["choices"]))
+        for x in letters:
+            for y in letters:
+                if x != y:
+                    for form in forms:
+                        g = grade(info, ans(form.format(x, y)))
+                        if g.correctness:
+                            paid.append((info["item_id"], form.format(x, y)))
+    assert not paid, paid[:5]
+
+
+def test_numeric_ranges_starting_at_the_target_score_zero_on_every_item(dataset):
+    # "t..2t" used to read as t and pay 1.0; "t-2t" and "t to 2t" already failed as several numbers.
+    paid = []
+    for row in dataset:
+        info = row["info"]
+        if info["grader"] != "numeric":
+            continue
+        t = info["targets"][0]
+        for hedge in (f"{t!r}..{2 * t!r}", f"{t!r} - {2 * t!r}", f"{t!r} to {2 * t!r}"):
+            g = grade(info, ans(hedge))
+            if g.correctness:
+                paid.append((info["item_id"], hedge, g.reason))
+    assert not paid, paid[:5]
 
 
 # ------------------------------------------------------------------------------------------------

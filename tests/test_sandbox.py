@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -188,6 +190,94 @@ def test_bwrap_writes_outside_the_work_directory_do_not_reach_the_host(tmp_path)
     r, exists = _writes_outside("bwrap", Path.cwd() / f"escape-{secrets.token_hex(6)}")
     assert r.values == ["OSError"] or r.values in (["PermissionError"],) and not exists
     assert not exists
+
+
+@pytest.mark.skipif(not BWRAP, reason="bubblewrap not available")
+def test_bwrap_shows_the_child_no_host_file_outside_the_system_directories():
+    # A world-readable file in a fresh directory outside the project, the cwd and $HOME (a copy of an
+    # answer key in another checkout, say): under "--ro-bind / /" the child could read it.
+    planted = Path(tempfile.mkdtemp(prefix="scaling-book-key-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    try:
+        os.chmod(planted, 0o755)
+        key = planted / "answers.md"
+        key.write_text("expected: 42\n")
+        os.chmod(key, 0o644)
+        src = ("import os\n"
+               "def f(path):\n"
+               "    try:\n"
+               "        return open(path, 'rb').read(4).hex()\n"
+               "    except OSError as e:\n"
+               "        return type(e).__name__\n")
+        r = run_function(src, "f", [[str(key)], ["/usr/bin/env"]], 10, mode="bwrap")
+        assert r.status == "ok"
+        assert r.values[0] == "FileNotFoundError", r.values
+        assert r.values[1] == "7f454c46"  # /usr is there: an ELF binary starts 0x7f "ELF"
+    finally:
+        shutil.rmtree(planted, ignore_errors=True)
+
+
+@pytest.mark.skipif(not (BWRAP and sandbox._bwrap_has_size()), reason="bubblewrap >= 0.7 not available")
+def test_bwrap_work_directory_holds_at_most_its_cap():
+    # 1 MiB writes into 8 MiB files until the disk is full: the 16 MiB tmpfs takes 16 of them.
+    assert sandbox.WORKDIR_CAP_BYTES == 16 * 1024 * 1024
+    src = (
+        "def f():\n"
+        "    n = 0\n"
+        "    for i in range(100):\n"
+        "        try:\n"
+        "            with open('f%d' % i, 'wb') as fh:\n"
+        "                for _ in range(8):\n"
+        "                    fh.write(b'x' * (1 << 20))\n"
+        "                    fh.flush()\n"
+        "                    n += 1\n"
+        "        except OSError as e:\n"
+        "            return [n, e.errno]\n"
+        "    return [n, 0]\n"
+    )
+    r = run_function(src, "f", [[]], 10, mode="bwrap")
+    assert r.status == "ok"
+    written_mib, errno_ = r.values[0]
+    assert errno_ == 28 and 15 <= written_mib <= 16, r.values  # ENOSPC at the cap (less metadata)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sandbox_forged_deeply_nested_report_is_an_error_not_an_exception(mode):
+    # The nonce and the report descriptor are in the runner's frame; a 500,000-deep JSON line used to
+    # raise RecursionError out of run_function.
+    src = (
+        "import sys, os\n"
+        "frame, nonce, out = sys._getframe(), None, None\n"
+        "while frame is not None:\n"
+        "    nonce = nonce or frame.f_locals.get('nonce')\n"
+        "    out = out if out is not None else frame.f_locals.get('out')\n"
+        "    frame = frame.f_back\n"
+        "os.write(out, ('\\n%s %s\\n' % (nonce, '[' * 500000)).encode())\n"
+        "os._exit(0)\n"
+    )
+    r = run_function(src, "f", [[]], 10, mode=mode)
+    assert r.status == "error" and "malformed result line" in r.detail, r.detail
+
+
+def test_rlimit_per_run_uid_files_in_shared_directories_are_removed():
+    # As root the run has its own uid; what it leaves in /tmp and /dev/shm (memory) is deleted.
+    _, drops = sandbox._child_python("rlimit", os.geteuid() == 0)
+    if not drops:
+        pytest.skip("no per-run uid here (not root, or root cannot change uid)")
+    names = [f"/tmp/scaling-book-left-{secrets.token_hex(6)}", f"/dev/shm/scaling-book-left-{secrets.token_hex(6)}"]
+    src = (
+        "import os\n"
+        "def f(paths):\n"
+        "    for p in paths:\n"
+        "        if os.path.isdir(os.path.dirname(p)):\n"
+        "            os.makedirs(p)\n"
+        "            with open(os.path.join(p, 'blob'), 'wb') as fh:\n"
+        "                fh.write(b'x' * 1024)\n"
+        "    return [os.path.exists(p) for p in paths]\n"
+    )
+    r = run_function(src, "f", [[names]], 10, mode="rlimit")
+    assert r.status == "ok"
+    assert r.values[0][0] is True  # it did write
+    assert [os.path.exists(p) for p in names] == [False, False]
 
 
 def test_rlimit_writes_outside_the_work_directory_follow_the_documented_limits(tmp_path):

@@ -52,7 +52,10 @@ def value_passes(value: Any, expected: Any, compare: str, tolerance: float | Non
                     and all(value_passes(v, e, "rel", tolerance) for v, e in zip(value, expected)))
         if not (_is_number(value) and _is_number(expected)):
             return False
-        v, e = float(value), float(expected)
+        try:
+            v, e = float(value), float(expected)
+        except OverflowError:  # an int beyond float range (the child may return up to 4000 bits)
+            return False
         if not (math.isfinite(v) and math.isfinite(e)):
             return False
         tol = 1e-9 if tolerance is None else float(tolerance)
@@ -68,7 +71,8 @@ def _exact_equal(value: Any, expected: Any) -> bool:
     if type(expected) is bool or type(value) is bool:
         return type(value) is bool and type(expected) is bool and value is expected
     if _is_number(expected):
-        return _is_number(value) and math.isfinite(float(value)) and value == expected
+        # ints compare exactly (float() of a 4000-bit int would raise); floats must be finite
+        return _is_number(value) and (type(value) is int or math.isfinite(value)) and value == expected
     if expected is None:
         return value is None
     if type(expected) is str:

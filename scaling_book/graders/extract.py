@@ -14,11 +14,13 @@ where it happens: clean-up of markup (markdown emphasis, LaTeX wrappers such as 
 ``\\text{}``, ``$...$``), Unicode minus and dashes, approximation markers; then scientific notation in
 every written form (``1.5e12``, ``1.5E+12``, ``1.5×10^12``, ``1.5 x 10^12``, ``1.5 \\times 10^{12}``,
 ``1.5*10**12``, ``10^{12}``, ``10¹²``); thousands separators (``1,000,000``, thin or no-break spaces,
-``1{,}000``); number words (``thousand`` ... ``quadrillion``); percent; then the unit text after the
-number. Unit words are stripped, magnitude prefixes are not: ``0.24 kFLOPs/byte`` for a question asked
-in FLOPs/byte, or ``2500 MB/s`` for one asked in GB/s, fails with a reason rather than being read as
-``0.24`` or ``2500``. Several different numbers ("12 or 13", "12-13"), non-finite values and
-anything unparseable fail closed.
+``1{,}000``, Python's ``1_000_000``); number words (``hundred`` ... ``quadrillion``); percent; then the
+unit text after the number. Unit words are stripped, magnitude prefixes are not: ``0.24 kFLOPs/byte``
+for a question asked in FLOPs/byte, or ``2500 MB/s`` for one asked in GB/s, fails with a reason rather
+than being read as ``0.24`` or ``2500`` — also behind brackets or "in" (``2500 [MB/s]``,
+``2500 in MB/s``) and after the "/" (``240 FLOPs/kB``). Several different numbers ("12 or 13",
+"12-13", "240..250"), malformed numbers ("1.000.000"), non-finite values, anything unparseable and
+an answer block longer than ``MAX_ANSWER_CHARS`` fail closed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "MAX_ANSWER_CHARS",
     "NumberParse",
     "extract_answer",
     "extract_code",
@@ -37,8 +40,15 @@ __all__ = [
 ]
 
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_ANSWER_OPEN = re.compile(r"<answer>", re.I)
+_ANSWER_CLOSE = re.compile(r"</answer>", re.I)
 _CODE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.S | re.I)
+
+
+#: Longest answer block the numeric and mcq graders read, in characters (the formula grader has its
+#: own, smaller cap). A final answer is a number or a letter; a longer block fails closed rather than
+#: being fed to the clean-up passes, whose cost grows with nesting (100,000 nested ``\boxed{`` took 10 s).
+MAX_ANSWER_CHARS = 4000
 
 
 def _drop_reasoning(response: str) -> str:
@@ -48,10 +58,20 @@ def _drop_reasoning(response: str) -> str:
 def extract_answer(response: str | None) -> str | None:
     """The stripped content of the last ``<answer>...</answer>`` block, or None (none, or empty)."""
     text = _drop_reasoning(response or "")
-    blocks = _ANSWER.findall(text)
-    if not blocks:
+    # The blocks ``re.findall(r"<answer>(.*?)</answer>")`` would find, found in linear time: that regex
+    # rescans to the end of the text from every unclosed "<answer>" (quadratic; 64 KB took 5 s).
+    last, pos = None, 0
+    while True:
+        opened = _ANSWER_OPEN.search(text, pos)
+        if not opened:
+            break
+        closed = _ANSWER_CLOSE.search(text, opened.end())
+        if not closed:
+            break  # no later "<answer>" has a closing tag either
+        last, pos = text[opened.end(): closed.start()], closed.end()
+    if last is None:
         return None
-    content = blocks[-1].strip()
+    content = last.strip()
     return content or None
 
 
@@ -131,6 +151,7 @@ def strip_markup(text: str, *, emphasis: bool = True) -> str:
 
 _SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
 _MULTIPLIER_WORDS = {
+    "hundred": 1e2,
     "thousand": 1e3,
     "million": 1e6,
     "billion": 1e9,
@@ -144,7 +165,7 @@ _APPROX = re.compile(
 )
 
 # A mantissa: digits with optional grouping (comma, or a space between groups of three), decimals.
-_MANTISSA = r"(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?:[ ']\d{3})+(?![\d.,])|\d+)(?:\.\d+)?|\.\d+"
+_MANTISSA = r"(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?:[ ']\d{3})+(?![\d.,])|\d+(?:_\d+)+|\d+)(?:\.\d+)?|\.\d+"
 _EXP_E = r"[eE][+-]?\d+"
 _TIMES = r"\s*(?:×|x|X|\*|·|⋅)\s*"
 
@@ -230,8 +251,21 @@ def _multiplier_word(unit: str) -> str | None:
     return None
 
 
+# Punctuation and connector words that may stand between a number and its unit: "2500 [MB/s]",
+# "2500~MB/s" (a LaTeX space), "2500 (in MB/s)". Skipped before the unit is read, so that they do not
+# hide a magnitude prefix.
+_UNIT_LEAD = re.compile(r"(?i)^[\s~\[\](){}'\"]*(?:(?:in|of|as)\s+)?[\s~\[\](){}'\"]*")
+# The unit after the first "/" or "per": FLOPs/byte -> byte, GB per s -> s.
+_DENOMINATOR = re.compile(r"(?i)(?:/|\bper\s+)\s*([A-Za-zµμ]+)")
+
+
 def _check_unit(trailer: str, declared: str) -> str | None:
-    """Why ``trailer`` (text after the number) changes the magnitude asked for, or None if fine."""
+    """Why ``trailer`` (text after the number) changes the magnitude asked for, or None if fine.
+
+    Compares the first unit word (after any brackets or "in"), and, when both name one, the unit
+    after "/" or "per": ``240 FLOPs/kB`` does not answer a question asked in FLOPs/byte.
+    """
+    trailer = _UNIT_LEAD.sub("", trailer)
     if not trailer:
         return None
     got = _unit_token(trailer)
@@ -250,11 +284,16 @@ def _check_unit(trailer: str, declared: str) -> str | None:
                 f"prefixes are not converted")
     if g_base != w_base:
         return f"answer is in {trailer.split()[0]!r} but the question asks for {declared!r}"
+    g_den, w_den = _DENOMINATOR.search(trailer), _DENOMINATOR.search(declared)
+    if g_den and w_den:
+        g, w = _unit_token(g_den.group(1)), _unit_token(w_den.group(1))
+        if g is not None and w is not None and g != w:
+            return f"answer is per {g_den.group(1)!r} but the question asks for {declared!r}"
     return None
 
 
 def _mantissa_value(text: str) -> float:
-    return float(re.sub(r"[, ']", "", text))
+    return float(re.sub(r"[, '_]", "", text))
 
 
 def _exponent(m: re.Match[str], tag: str) -> int:
@@ -272,7 +311,7 @@ def _match_value(m: re.Match[str]) -> float:
         return sign * 10.0 ** exp
     value = _mantissa_value(m.group("mant"))
     if m.group("e"):
-        value = float(m.group("mant").replace(",", "").replace(" ", "").replace("'", "") + m.group("e"))
+        value = float(re.sub(r"[, '_]", "", m.group("mant")) + m.group("e"))
     elif m.group("pow"):
         exp_i = _exponent(m, "1")
         if abs(exp_i) > 400:
@@ -314,11 +353,15 @@ def parse_number(text: str, unit: str = "") -> NumberParse:
         return NumberParse(None, f"non-finite value in {t[:80]!r}")
     if not matches:
         return NumberParse(None, f"no number found in {t[:80]!r}")
+    malformed = re.search(r"\d\.{2,}\d|\d\.\d+\.\d", t)
+    if malformed:
+        # "240..250" (a range), "1.000.000" (dots as separators), "240.5.5": not one number
+        return NumberParse(None, f"malformed number {malformed.group(0)!r} in {t[:80]!r}")
     first = matches[0]
     value = _match_value(first)
     trailer = t[first.end():].strip()
     # Multiplier words directly after the number.
-    wm = re.match(r"(?i)(thousand|million|billion|trillion|quadrillion)s?\b\s*", trailer)
+    wm = re.match(r"(?i)(hundred|thousand|million|billion|trillion|quadrillion)s?\b\s*", trailer)
     if wm:
         word = wm.group(1).lower()
         if _multiplier_word(unit) == word:
@@ -342,7 +385,8 @@ def parse_number(text: str, unit: str = "") -> NumberParse:
                                  f"{others[0]!r}): ambiguous")
     if not math.isfinite(value):
         return NumberParse(None, f"non-finite value {first.group(0).strip()!r}")
-    if re.match(r"^(?:[*^+=×·]|/\s*[\d(]|-\s*\d)", trailer):
+    # (a "×" with nothing after it is "times": "7.2×" is the ratio 7.2)
+    if re.match(r"^(?:[*^+=·]|×\s*[\d(]|/\s*[\d(]|-\s*\d)", trailer):
         return NumberParse(None, f"the answer is an expression ({t[:40]!r}), not a number")
     trailer_unit = trailer.strip().strip("().,;:")
     bare_suffix = re.match(r"^(k|K|M|B|G|T|bn|mn)\b", trailer_unit)

@@ -4,8 +4,8 @@ The answer is model-authored text going into a computer-algebra system, so it is
 stages, and only the last one runs sympy:
 
 1. **normalise** (``normalise``): LaTeX and typography to Python syntax (``\\frac{a}{b}``, ``\\cdot``,
-   ``×``, ``^`` as power, ``≤``/``\\le``, ``x_{ici}`` to ``x_ici``, implicit products such as ``2B`` or
-   ``)(``), and a leading ``name =`` dropped.
+   ``×``, ``^`` as power, ``≤``/``\\le``, ``x_{ici}`` to ``x_ici``, implicit products such as ``2B``,
+   ``)(`` or ``T D``), and a leading ``name =`` dropped.
 2. **vet** (``vet``): a length cap, a character class, and a Python ``ast`` walk that admits only
    numbers (int/float literals), the item's declared symbols, ``+ - * / **``, unary signs, parentheses,
    one comparison (``< <= > >=``) and calls of a fixed function whitelist (``FUNCTIONS``) with
@@ -19,7 +19,9 @@ stages, and only the last one runs sympy:
    killed and replaced. Nothing in this process evaluates the answer.
 
 Equivalence: expressions agree at random positive sample points to 1e-9 relative (with sympy's
-``simplify`` as a fallback when too few points are defined). Relations are split on the operator
+``simplify`` as a fallback when too few points are defined), and, when either side uses ``floor`` or
+``ceiling``, also at integer points (``floor(N/8) + 1`` equals ``ceil(N/8)`` at every non-integer
+``N/8`` but not for counts that divide evenly). Relations are split on the operator
 and normalised to ``D > 0`` or ``D >= 0`` with ``D`` = greater side minus lesser side, so ``B/X > R``
 and ``R < B/X`` are the same claim; strictness must match; the answer's ``D`` must equal the gold's or
 be a positive multiple of it; and a relation with no free symbols (``1 < 2``) never passes. An item's
@@ -141,7 +143,7 @@ def normalise(text: str, symbols: Iterable[str] = ()) -> str:
         t = t[m.end():]
     t = t.replace("==", "=")
     # Implicit multiplication: 2B, 2(x), )(, )x, and a declared symbol followed by "(".
-    t = re.sub(r"(\d)\s*(?![eE][+-]?\d)(?=[A-Za-z_(])", r"\1*", t)
+    t = re.sub(r"(\d)\s*(?![eE][+-]?\d)(?=[A-Za-z(]|_(?!\d))", r"\1*", t)  # 1_000 is a number
     t = re.sub(r"\)\s*(?=[A-Za-z0-9_(])", ")*", t)
 
     def _call_or_product(m: re.Match[str]) -> str:
@@ -149,6 +151,12 @@ def normalise(text: str, symbols: Iterable[str] = ()) -> str:
         return f"{name}*(" if name in symbols and name not in FUNCTIONS else f"{name}("
 
     t = re.sub(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(", _call_or_product, t)
+
+    # Names side by side are a product: "T D / 8", "beta gamma" (vetting still refuses any unknown name).
+    def _space_product(m: re.Match[str]) -> str:
+        return m.group(0) if m.group(1) in FUNCTIONS else m.group(1) + "*"
+
+    t = re.sub(r"\b([A-Za-z_][A-Za-z0-9_]*)\s+(?=[A-Za-z_])", _space_product, t)
     return re.sub(r"\s+", " ", t).strip()
 
 

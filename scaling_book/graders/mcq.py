@@ -5,8 +5,9 @@ Reading the letter from the answer block, in priority order:
 1. the whole answer is one letter, optionally wrapped (``D``, ``(D)``, ``D.``, ``**D**``, ``\\boxed{D}``,
    ``Option D``, ``Answer: D``);
 2. an explicit cue: "the answer is D", "answer: D", "correct option is (D)", "choose D"... (the last
-   cue wins; a cue naming two letters is ambiguous);
-3. the answer starts with a letter and a delimiter, followed by text (``D) all-gather``, ``D: ...``);
+   cue wins; a cue naming two letters — "the answer is A or D", "choose A/D" — is ambiguous);
+3. the answer starts with a letter and a delimiter, followed by text (``D) all-gather``, ``D: ...``),
+   unless another letter is listed the same way after it (``A. ring, D. mesh``);
 4. after discarding negated letters ("not B", "except B", "rather than B") and punctuation, what is
    left is one letter: "not B; D" reads as D.
 
@@ -21,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from scaling_book.graders.extract import strip_markup
+from scaling_book.graders.extract import MAX_ANSWER_CHARS, strip_markup
 
 __all__ = ["read_letter", "grade_mcq"]
 
@@ -29,6 +30,15 @@ _CUE = re.compile(
     r"(?i:answer|option|choice)\s*(?i:is|:|=|-)?\s*(?i:option|choice|letter)?\s*[:\-]?\s*\(?([A-Z])\)?(?![\w])"
     r"|(?i:\b(?:choose|select|pick)\s+(?:option\s+)?)\(?([A-Z])\)?(?![\w])"
 )
+# A second letter offered right after a cue's letter: "the answer is A or D", "choose A/D", "A and D",
+# "A, D." — but not a letter that starts a new clause ("D and A is wrong", "D, A is wrong").
+_ALTERNATIVE = re.compile(
+    r"\s*(?:/|&|\||(?i:or|and)\b)\s*(?i:option\s+|choice\s+)?\(?([A-Z])\)?(?![\w'])"
+    r"(?!\s+(?i:is|isn't|was|would|does|doesn't|has|can|cannot|could|seems)\b)"
+    r"|\s*,\s*\(?([A-Z])\)?(?=\s*(?:$|[.;,)!?]|(?i:or|and)\b))"
+)
+# Another choice letter written as a list item ("D. mesh", "(D) mesh", "D: mesh") later in the answer.
+_LIST_ITEM = re.compile(r"(?:^|[\s,;])\(?([A-Z])\s*(?:\)|:|\.(?=\s|$))")
 _NEGATED = re.compile(r"(?i)\b(?:not|isn't|is not|except|rather than|instead of|excluding|but not)\s+"
                       r"(?:option\s+|choice\s+)?\(?([A-Z])\)?(?![\w])")
 
@@ -48,12 +58,20 @@ def read_letter(answer: str, letters: list[str]) -> tuple[str | None, str]:
     for m in _CUE.finditer(t):
         letter = (m.group(1) or m.group(2) or "").upper()
         if letter in valid:
-            cues.append(letter)
+            alt = _ALTERNATIVE.match(t, m.end())
+            other = (alt.group(1) or alt.group(2)) if alt else None
+            cues.append((letter, other if other in valid and other != letter else None))
     if cues:
-        return cues[-1], f"explicit cue names {cues[-1]}"
-    # 3. a leading letter with a delimiter
+        letter, other = cues[-1]
+        if other:
+            return None, f"the cue names several letters ({letter}, {other}): not a single choice"
+        return letter, f"explicit cue names {letter}"
+    # 3. a leading letter with a delimiter, and no other choice letter listed the same way after it
     m = re.match(r"^\(?([A-Z])\s*(?:\)|\.|:|\s-\s|\s—\s)", t)
     if m and m.group(1) in valid:
+        listed = sorted({x for x in _LIST_ITEM.findall(t, m.end()) if x in valid and x != m.group(1)})
+        if listed:
+            return None, f"several letters ({m.group(1)}, {', '.join(listed)}): not a single choice"
         return m.group(1), f"answer starts with {m.group(1)} and a delimiter"
     # 4. what is left after discarding negated letters ("not B; D") is a single letter
     remaining = _NEGATED.sub(" ", t)
@@ -81,6 +99,8 @@ def grade_mcq(info: Mapping[str, Any], answer: str | None) -> tuple[float, bool,
         return 0.0, False, "item has no valid answer letter", answer is not None
     if answer is None:
         return 0.0, False, "no <answer> block", False
+    if len(answer) > MAX_ANSWER_CHARS:
+        return 0.0, False, f"answer is {len(answer)} characters; the limit is {MAX_ANSWER_CHARS}", False
     letter, why = read_letter(answer, letters)
     if letter is None:
         return 0.0, False, f"answer {answer[:80]!r}: {why}", False

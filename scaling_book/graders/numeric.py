@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaling_book.graders.extract import parse_number, split_values
+from scaling_book.graders.extract import MAX_ANSWER_CHARS, parse_number, split_values
 
 __all__ = ["NEAR_MISS_CAP", "NEAR_MISS_CREDIT", "FACTOR_TWO_CREDIT", "numeric_credit", "grade_numeric",
            "grade_numeric_multi"]
@@ -64,6 +64,8 @@ def grade_numeric(info: Mapping[str, Any], answer: str | None) -> tuple[float, b
         return 0.0, False, f"item has {len(targets)} targets; a numeric item needs exactly one", answer is not None
     if answer is None:
         return 0.0, False, "no <answer> block", False
+    if len(answer) > MAX_ANSWER_CHARS:
+        return 0.0, False, f"answer is {len(answer)} characters; the limit is {MAX_ANSWER_CHARS}", False
     units = list(info.get("units") or [""])
     parsed = parse_number(answer, units[0] if units else "")
     if parsed.value is None:
@@ -84,6 +86,8 @@ def grade_numeric_multi(info: Mapping[str, Any], answer: str | None) -> tuple[fl
         return 0.0, False, "item has no targets", answer is not None
     if answer is None:
         return 0.0, False, "no <answer> block", False
+    if len(answer) > MAX_ANSWER_CHARS:
+        return 0.0, False, f"answer is {len(answer)} characters; the limit is {MAX_ANSWER_CHARS}", False
     units: Sequence[str] = list(info.get("units") or [])
     parts = _value_parts(answer, len(targets))
     credits, reasons, any_parsed = [], [], False

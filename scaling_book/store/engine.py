@@ -23,8 +23,29 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 
 
 def resolve_db_url(explicit: str | None = None) -> str:
-    """The database URL: `explicit` if given, else `$SCALING_BOOK_DB`, else the embedded default."""
-    return explicit or os.environ.get(DB_ENV_VAR) or DEFAULT_DB_URL
+    """The database URL: `explicit` if given, else `$SCALING_BOOK_DB`, else the embedded default.
+
+    A value without `://` is taken as the path of a SQLite file (`build/x.sqlite` means
+    `sqlite:///<absolute path of build/x.sqlite>`), so the path that `sqlite3` takes works here too.
+    """
+    value = explicit or os.environ.get(DB_ENV_VAR) or DEFAULT_DB_URL
+    if "://" not in value:
+        return f"sqlite:///{Path(value).expanduser().resolve()}"
+    return value
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None for another backend or an in-memory database)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def store_exists(url: str | None = None) -> bool:
+    """Whether the store at `url` exists already (always True for a server database)."""
+    path = sqlite_path(resolve_db_url(url))
+    return path is None or path.exists()
 
 
 def _on_sqlite_connect(dbapi_connection, _record) -> None:
