@@ -270,6 +270,41 @@ def history(
 
 
 @app.command()
+def runs(
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Only this model's runs.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Show the newest N runs.")] = 20,
+    db: DbOption = None,
+) -> None:
+    """List stored eval runs, newest first: the ids that `compare` and `rescore` take."""
+    from sqlalchemy import func, select
+
+    from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
+    from scaling_book.store.models import EvalRun, RolloutResult
+
+    _require_store(db)
+    upgrade_to_head(db)
+    engine = make_engine(db)
+    query = (select(EvalRun, func.count(RolloutResult.id), func.avg(RolloutResult.exact))
+             .outerjoin(RolloutResult, RolloutResult.run_id == EvalRun.id)
+             .group_by(EvalRun.id).order_by(EvalRun.id.desc()).limit(limit))
+    if model:
+        query = query.where(EvalRun.model == model)
+    with make_session_factory(engine)() as session:
+        found = session.execute(query).all()
+    engine.dispose()
+    table = Table(title="eval runs (newest first)", title_justify="left")
+    for column in ("run", "model", "checkpoint", "step", "config", "status", "rollouts", "exact", "transfer check",
+                   "rescored from", "graders"):
+        table.add_column(column, justify="right" if column in ("run", "step", "rollouts", "exact") else "left")
+    for run, n, exact in found:
+        table.add_row(str(run.id), run.model, run.checkpoint or "-", "-" if run.step is None else str(run.step),
+                      run.config, run.status, str(n), "-" if exact is None else f"{exact:.3f}",
+                      "-" if run.transfer_check_id is None else str(run.transfer_check_id),
+                      "-" if run.rescored_from_run_id is None else str(run.rescored_from_run_id), run.grader_version)
+    console.print(table)
+
+
+@app.command()
 def compare(
     run_a: Annotated[int, typer.Argument(help="Id of the first (earlier) run.")],
     run_b: Annotated[int, typer.Argument(help="Id of the second run.")],

@@ -163,8 +163,13 @@ def plot_history(rows: list[CheckpointRow], path) -> None:
         bottom.plot([x for x, _ in matched], [r.matched_gap_points for _, r in matched], marker="s",
                     linestyle="--", color="tab:purple", label="matched-grader gap")
     bottom.axhline(0, color="grey", linewidth=0.8)
+    low, high = bottom.get_ylim()
+    if high - low < 10:   # a flat gap: show +-5 points rather than float noise
+        middle = (high + low) / 2
+        bottom.set_ylim(middle - 5, middle + 5)
     bottom.set_ylabel("gap (points)")
-    bottom.set_xlabel("training step")
+    bottom.set_xlabel("training step" if all(r.step is not None for r in rows)
+                      else "training step (checks without a step placed by their order)")
     bottom.legend(loc="best")
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -4,6 +4,7 @@ taskset and graders, run history in the store, the history table and plot, and t
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
 from collections import Counter
 from pathlib import Path
@@ -134,21 +135,26 @@ def test_degrading_checkpoints_widen_the_gap_in_history_and_plot(built, rows, tm
     assert "ckpt-300" in result.output
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    # The README's SQL, run against this store with sqlite3: the gap across checkpoints, items that
-    # flipped between two checkpoints, per-grader accuracy by checkpoint.
+    # The README's three SQL queries, taken from the README itself and run against this store.
+    gap_sql, flipped_sql, grader_sql = readme_queries()
     database = sqlite3.connect(tmp_db.removeprefix("sqlite:///"))
-    gap_rows = database.execute(
-        "SELECT step, gap_points FROM transfer_gap WHERE model = 'scripted' ORDER BY step").fetchall()
-    assert [step for step, _ in gap_rows] == [100, 200, 300] and [g for _, g in gap_rows] == pytest.approx(gaps)
-    flipped = database.execute(
-        "SELECT a.item_id FROM item_history a JOIN item_history b ON a.item_id = b.item_id AND a.config = b.config"
-        " AND a.model = b.model AND a.item_content_hash = b.item_content_hash"
-        " WHERE a.model = 'scripted' AND a.step = 100 AND b.step = 300 AND a.mean_exact >= 0.5"
-        " AND b.mean_exact < 0.5").fetchall()
-    assert sorted(i for (i,) in flipped) == sorted(comparison.lost)
-    per_grader = database.execute(
-        "SELECT step, split, grader, items, accuracy FROM grader_accuracy WHERE model = 'scripted'"
-        " ORDER BY step, split, grader").fetchall()
+    gap_rows = database.execute(gap_sql).fetchall()
+    assert [row[0] for row in gap_rows] == [100, 200, 300]
+    assert [row[4] for row in gap_rows] == pytest.approx([round(g, 1) for g in gaps])
+    flipped = database.execute(flipped_sql).fetchall()   # right at step 100, wrong at step 200
+    heldout_ids = [r["id"] for r in rows if r["info"]["split"] == "heldout"]
+    assert sorted(item for item, *_ in flipped) == sorted(
+        i for i in heldout_ids if 0.0 <= _fraction_rank(i) < forgotten[200])
+    per_grader = database.execute(grader_sql).fetchall()
     assert {(step, split) for step, split, *_ in per_grader} == {(s, h) for s in forgotten for h in ("train", "heldout")}
-    assert all(acc == 1.0 for step, split, _, _, acc in per_grader if split == "train")
+    assert all(acc == 100.0 for step, split, _, _, acc in per_grader if split == "train")
+    assert len(per_grader) == len({(step, split, grader) for step, split, grader, *_ in per_grader})
     database.close()
+
+
+def readme_queries() -> list[str]:
+    """The SQL of the README's sqlite3 examples, with the model name the scripted runs use."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    queries = re.findall(r'sqlite3 -header -column build/scaling_book\.sqlite \\\n  "(.*?)"', readme, re.S)
+    assert len(queries) == 3, queries
+    return [q.replace("model = 'M'", "model = 'scripted'") for q in queries]

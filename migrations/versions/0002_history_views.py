@@ -2,7 +2,9 @@
 
 Plain SQL over the run tables so that anyone can follow the train/held-out gap across checkpoints with
 `sqlite3`. Only complete runs (and complete transfer checks) appear: a run that failed or never
-finished, and every run of a failed transfer check, are left out. Views hold no data, so dropping
+finished, and every run of a failed transfer check, are left out. `item_history` and
+`grader_accuracy` carry `transfer_check_id` and `rescored_from_run_id`, so a query can keep to
+transfer-check runs, standalone evals or rescored runs. Views hold no data, so dropping
 them on downgrade loses nothing.
 
 Revision ID: 0002
@@ -37,14 +39,14 @@ VIEWS = {
     """,
     "item_history": f"""
         SELECT r.id AS run_id, r.model, r.checkpoint, r.step, r.config, r.transfer_check_id,
-               x.item_id, x.grader, x.split, x.item_content_hash,
+               r.rescored_from_run_id, x.item_id, x.grader, x.split, x.item_content_hash,
                AVG(x.exact) AS mean_exact, AVG(x.correctness) AS mean_correctness, COUNT(*) AS rollouts
         FROM ({COMPLETE_RUNS}) AS r
         JOIN rollout_results AS x ON x.run_id = r.id
         GROUP BY r.id, x.item_id
     """,
     "grader_accuracy": """
-        SELECT run_id, model, checkpoint, step, config, split, grader,
+        SELECT run_id, model, checkpoint, step, config, transfer_check_id, rescored_from_run_id, split, grader,
                COUNT(*) AS items, AVG(mean_exact) AS accuracy
         FROM item_history
         GROUP BY run_id, split, grader
