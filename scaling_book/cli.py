@@ -155,7 +155,8 @@ def eval_command(
 def _fmt_interval(low: float | None, high: float | None, scale: float = 1.0, digits: int = 1) -> str:
     if low is None or high is None:
         return "-"
-    low, high = scale * low + 0.0, scale * high + 0.0   # + 0.0 turns -0.0 into 0.0
+    # Round first, then + 0.0: float noise like -1e-15 would otherwise print as -0.0.
+    low, high = round(scale * low, digits) + 0.0, round(scale * high, digits) + 0.0
     return f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
