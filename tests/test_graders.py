@@ -54,7 +54,7 @@ def test_extract_answer_is_linear_in_unclosed_answer_tags():
 
     start = time.monotonic()
     assert extract_answer("<answer>" * 100_000) is None
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 10.0   # linear: milliseconds; the quadratic scan took minutes
     # and the rule is unchanged: the last closed block; an unclosed tag swallows up to the next close
     assert extract_answer("<answer>1</answer> text <answer>2") == "1"
     assert extract_answer("<answer>1</answer><answer>2 <answer>3</answer>") == "2 <answer>3"

@@ -434,8 +434,10 @@ def test_hostile_formulas_are_bounded_in_time_and_memory(monkeypatch):
         g = grade(FORMULA_ITEM, ans(hostile))
         elapsed = time.monotonic() - start
         assert g.correctness == 0.0, (hostile, g.reason)
-        # the time bound, plus at most one worker start (sympy import) after a previous kill
-        assert elapsed < 0.5 + 3.0, (hostile, elapsed, g.reason)
+        # Bounded, not hanging: the 0.5 s limit plus at most one worker restart (a sympy import, a few
+        # seconds on a loaded 2-core machine). Unbounded, these inputs would run for minutes or
+        # exhaust memory; typical figures are in benchmarks/grading.py, not asserted here.
+        assert elapsed < 0.5 + 15.0, (hostile, elapsed, g.reason)
     assert formula.worker_restarts() > restarts  # at least one was killed
     # the worker still grades correctly afterwards ...
     assert grade(FORMULA_ITEM, ans("T/(8*D)")).correctness == 1.0
