@@ -82,7 +82,7 @@ def build(
         with err.status("building") as status:
             report = run_build(db, seed_dir=seed_dir, export_dir=target, on_progress=lambda message: status.update(message))
     except (SeedError, GateError) as exc:
-        problems = getattr(exc, "issues", None) or getattr(exc, "failures", [])
+        problems = exc.issues
         err.print(f"[bold red]build refused:[/bold red] {len(problems)} problem(s); nothing exported")
         for problem in problems:
             err.print(f"  {problem}", markup=False, highlight=False, soft_wrap=True)

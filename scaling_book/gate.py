@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
+from scaling_book.seed_loader import SeedIssue
 from scaling_book.store.items import all_items
 from scaling_book.store.models import Baseline, Item
 
@@ -30,25 +31,12 @@ REFERENCE_TIMEOUT_S = 20.0
 GATE_WORKERS = 4
 
 
-@dataclass(frozen=True)
-class GateFailure:
-    """One failed executable check: the item, the field, what went wrong."""
-
-    source_file: str
-    item_id: str
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.source_file}, item {self.item_id}, field {self.field}: {self.message}"
-
-
 class GateError(Exception):
-    """Raised with every `GateFailure` of a gate run; nothing may be exported."""
+    """Raised with every failed check of a gate run (as `SeedIssue`s: file, item, field); nothing may be exported."""
 
-    def __init__(self, failures: list[GateFailure]):
-        self.failures = failures
-        super().__init__("\n".join(str(f) for f in failures))
+    def __init__(self, issues: list[SeedIssue]):
+        self.issues = issues
+        super().__init__("\n".join(str(issue) for issue in issues))
 
 
 @dataclass
@@ -63,7 +51,7 @@ class GateReport:
     reference_seconds: dict[str, float] = field(default_factory=dict)
 
 
-def _check_formula(item: Item) -> list[GateFailure]:
+def _check_formula(item: Item) -> list[SeedIssue]:
     from scaling_book.graders.formula import FormulaError, check_parses
 
     symbols = [s.name for s in item.formula_symbols]
@@ -75,7 +63,7 @@ def _check_formula(item: Item) -> list[GateFailure]:
         try:
             check_parses(expression, symbols)
         except FormulaError as exc:
-            failures.append(GateFailure(item.source_file, item.id, field_name, f"does not parse: {exc}"))
+            failures.append(SeedIssue(item.source_file, item.id, field_name, f"does not parse: {exc}"))
     return failures
 
 
@@ -99,30 +87,30 @@ class _CodeCheck:
                    task.tolerance, tests)
 
 
-def _check_code(check: _CodeCheck) -> tuple[list[GateFailure], tuple[float, str], float]:
+def _check_code(check: _CodeCheck) -> tuple[list[SeedIssue], tuple[float, str], float]:
     from scaling_book.graders.code import knowledge_free_baseline, test_passes
     from scaling_book.sandbox import run_function
 
     tests = check.tests
     result = run_function(check.reference_source, check.reference_function, [t["args"] for t in tests],
                           REFERENCE_TIMEOUT_S)
-    failures: list[GateFailure] = []
+    failures: list[SeedIssue] = []
     if result.status != "ok":
-        failures.append(GateFailure(check.source_file, check.item_id, "reference",
+        failures.append(SeedIssue(check.source_file, check.item_id, "reference",
                                     f"reference solution {check.reference_function} did not run: "
                                     f"{result.status}: {result.detail}"))
     else:
         passes = test_passes(result.values, tests, check.compare, check.tolerance)
         for position, (passed, test, value) in enumerate(zip(passes, tests, result.values or [], strict=False)):
             if not passed:
-                failures.append(GateFailure(check.source_file, check.item_id, f"test[{position}]",
+                failures.append(SeedIssue(check.source_file, check.item_id, f"test[{position}]",
                                             f"reference returned {value!r}, expected {test['expected']!r}"))
         if (len(passes) < len(tests) or not all(passes)) and not failures:
-            failures.append(GateFailure(check.source_file, check.item_id, "test",
+            failures.append(SeedIssue(check.source_file, check.item_id, "test",
                                         "reference did not pass every test"))
     best_fraction, best_constant = knowledge_free_baseline(tests, check.compare, check.tolerance)
     if best_fraction >= 1.0:
-        failures.append(GateFailure(check.source_file, check.item_id, "test",
+        failures.append(SeedIssue(check.source_file, check.item_id, "test",
                                     f"the knowledge-free constant {best_constant} passes every test"))
     return failures, (best_fraction, best_constant), result.duration_s
 
@@ -133,7 +121,7 @@ def run_gate(session: Session, on_progress: Callable[[str], None] | None = None)
 
     items = all_items(session)
     report = GateReport(isolation_mode=isolation_mode())
-    failures: list[GateFailure] = []
+    failures: list[SeedIssue] = []
     for item in items:
         if item.grader == "formula":
             failures.extend(_check_formula(item))
