@@ -347,13 +347,15 @@ def rescore(
     export_from: ExportOption = None,
 ) -> None:
     """Re-grade a stored run's responses with the current graders (no model call) into a new run."""
+    from scaling_book.export import StaleExport
     from scaling_book.rescore import RescoreError, UnknownRun, rescore_run
+    from scaling_book.run_eval import MissingExport
 
     _require_store(db)
     try:
         result = rescore_run(run, export_dir(export_from), db_url=db, code_timeout_s=code_timeout,
                              allow_code_execution=not no_code_execution)
-    except UnknownRun as exc:
+    except (UnknownRun, MissingExport, StaleExport) as exc:
         err.print(f"[bold red]cannot rescore:[/bold red] {exc}")
         raise typer.Exit(EXIT_MISSING) from None
     except RescoreError as exc:

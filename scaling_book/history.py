@@ -53,6 +53,9 @@ def finish_run(factory: sessionmaker[Session], run_id: int, rollouts: Iterable[R
     The status is `failed` when `error` is given or any rollout has status `error`, else `complete`.
     `item_versions` maps item id -> (content hash, split) of the exported items the run answered;
     each rollout stores them, so runs over different item versions are never compared silently.
+    Raises KeyError for a rollout of an item missing from `item_versions`, and the database's
+    IntegrityError for a duplicate (item, rollout index); either way nothing is written and the run
+    stays `running`.
     """
     rollouts = list(rollouts)
     with factory() as session, session.begin():

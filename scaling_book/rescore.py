@@ -51,7 +51,9 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
                 on_progress: Callable[[int, int], None] | None = None) -> RescoreResult:
     """Re-grade run `run_id`'s stored responses into a new run; return what changed.
 
-    Raises `RescoreError` for an unknown run or items whose content changed since the run.
+    Raises `RescoreError` for an unknown run or items whose content changed since the run,
+    `MissingExport` when `export_dir` has no export of the run's config, and `StaleExport` when the
+    export's rows do not match its manifest.
     """
     from scaling_book.graders import GRADER_VERSION, grade
 
@@ -65,6 +67,7 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
                 raise UnknownRun(f"no eval run with id {run_id}")
             rollouts = list(session.scalars(
                 select(RolloutResult).where(RolloutResult.run_id == run_id).order_by(RolloutResult.id)))
+        digest = dataset_hash_of(export_dir, source.config)   # raises MissingExport before any row is read
         infos = {row["id"]: row["info"] for row in load_config(export_dir, source.config)}
         changed = sorted({r.item_id for r in rollouts
                           if r.item_id not in infos or infos[r.item_id]["content_hash"] != r.item_content_hash})
@@ -73,7 +76,7 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
                                f"{', '.join(changed)}; rescoring them against new content would be wrong")
         new_run_id = start_run(
             factory, model=source.model, config=source.config, rollouts_per_item=source.rollouts_per_item,
-            sampling={"rescored_from_run_id": run_id}, dataset_hash=dataset_hash_of(export_dir, source.config),
+            sampling={"rescored_from_run_id": run_id}, dataset_hash=digest,
             grader_version=GRADER_VERSION, checkpoint=source.checkpoint, step=source.step,
             rescored_from_run_id=run_id,
         )

@@ -84,11 +84,15 @@ def item_versions(export_dir: Path, config: str) -> dict[str, tuple[str, str]]:
 
 def run_and_record(request: EvalRequest, db_url: str | None = None, console: Console | None = None,
                    transfer_check_id: int | None = None) -> EvalSummary:
-    """Evaluate `request` and store it as one run; return the stored summary (never raises on rollout errors)."""
+    """Evaluate `request` and store it as one run; return the stored summary (never raises on rollout errors).
+
+    Raises `MissingExport` when `request.export_dir` has no export of `request.config` (no run is stored).
+    """
     from scaling_book.evaluation import evaluate
     from scaling_book.graders import GRADER_VERSION
 
     digest = dataset_hash_of(request.export_dir, request.config)
+    versions = item_versions(request.export_dir, request.config)   # read before any model call
     upgrade_to_head(db_url)
     engine = make_engine(db_url)
     factory = make_session_factory(engine)
@@ -116,7 +120,7 @@ def run_and_record(request: EvalRequest, db_url: str | None = None, console: Con
             mark_failed(factory, run_id, message)
             return EvalSummary(run_id, "failed", message, 0, time.perf_counter() - started, [])
         rows = outcome.rollouts
-        status = finish_run(factory, run_id, rows, item_versions(request.export_dir, request.config))
+        status = finish_run(factory, run_id, rows, versions)
         error = None if status == "complete" else failure_summary(rows)
         return EvalSummary(run_id, status, error, len(rows), time.perf_counter() - started, rows)
     finally:

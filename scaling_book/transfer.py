@@ -41,6 +41,9 @@ class ScoredRollout:
 
 @dataclass(frozen=True)
 class Interval:
+    """A 95% bootstrap interval, in the unit of the quantity it bounds (fraction in [0, 1] for an
+    accuracy, percentage points for a gap)."""
+
     low: float
     high: float
 
@@ -57,6 +60,7 @@ class GraderRow:
 
     @property
     def status(self) -> str:
+        """"both", "train only" or "heldout only": the halves that have items of this grader."""
         if self.train_items and self.heldout_items:
             return "both"
         return "train only" if self.train_items else "heldout only"

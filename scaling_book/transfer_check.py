@@ -67,11 +67,17 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None, seed: in
             session.flush()
             check_id = check.id
         runs: dict[str, EvalSummary] = {}
-        for half in HALVES:
-            runs[half] = run_and_record(replace(request, config=half), db_url=db_url, console=console,
-                                        transfer_check_id=check_id)
-            if runs[half].status != "complete":
-                break   # the check has failed already: do not spend the other half's rollouts
+        try:
+            for half in HALVES:
+                runs[half] = run_and_record(replace(request, config=half), db_url=db_url, console=console,
+                                            transfer_check_id=check_id)
+                if runs[half].status != "complete":
+                    break   # the check has failed already: do not spend the other half's rollouts
+        except BaseException as exc:   # interrupted or crashed: never leave the check `running`
+            with factory() as session, session.begin():
+                check = session.get(TransferCheck, check_id)
+                check.status, check.error = "failed", f"{type(exc).__name__}: {exc}"
+            raise
         failed = [half for half, run in runs.items() if run.status != "complete"]
         with factory() as session, session.begin():
             check = session.get(TransferCheck, check_id)

@@ -156,3 +156,17 @@ def test_rescore_regrades_stored_responses_into_a_new_run(built, tmp_path: Path)
     with pytest.raises(RescoreError, match=rows[1]["id"]):
         rescore_run(run_id, built["export_dir"], db_url=db_url)
     engine.dispose()
+
+
+def test_rescore_without_an_export_exits_4_with_a_message(db_url, session_factory, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from scaling_book.cli import app
+
+    run_id = _start(session_factory, config="qa")
+    finish_run(session_factory, run_id, [_row("ch01-item-0", 1.0)], VERSIONS)
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(
+        app, ["rescore", str(run_id), "--db", db_url, "--export-dir", str(tmp_path / "no-export")])
+    assert result.exit_code == 4, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert f"no export of config 'qa' at {tmp_path / 'no-export'}" in result.output

@@ -62,7 +62,7 @@ def test_oracle_has_no_gap(built, rows, tmp_db, monkeypatch) -> None:
     assert result.status == "complete", result.error
     report = result.report
     assert report.train_accuracy == 1.0 and report.heldout_accuracy == 1.0
-    assert abs(report.gap_points) <= 1.0
+    assert report.gap_points == 0.0   # both halves exactly 1.0
     assert report.train_items == sum(r["info"]["split"] == "train" for r in rows)
     assert report.heldout_rollouts == 2 * sum(r["info"]["split"] == "heldout" for r in rows)
 

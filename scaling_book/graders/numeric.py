@@ -74,11 +74,6 @@ def grade_numeric(info: Mapping[str, Any], answer: str | None) -> tuple[float, b
     return credit, credit == 1.0, why, True
 
 
-def _value_parts(answer: str, n: int) -> list[str]:
-    parts = split_values(answer)
-    return parts
-
-
 def grade_numeric_multi(info: Mapping[str, Any], answer: str | None) -> tuple[float, bool, str, bool]:
     """Grade several numbers in order. Returns (correctness, exact, reason, formatted)."""
     targets = _targets(info)
@@ -89,7 +84,7 @@ def grade_numeric_multi(info: Mapping[str, Any], answer: str | None) -> tuple[fl
     if len(answer) > MAX_ANSWER_CHARS:
         return 0.0, False, f"answer is {len(answer)} characters; the limit is {MAX_ANSWER_CHARS}", False
     units: Sequence[str] = list(info.get("units") or [])
-    parts = _value_parts(answer, len(targets))
+    parts = split_values(answer)
     credits, reasons, any_parsed = [], [], False
     for i, target in enumerate(targets):
         if i >= len(parts):
