@@ -73,15 +73,14 @@ def build(
     error names the seed file, the item id and the field.
     """
     from scaling_book.build import build as run_build
-    from scaling_book.gate import GateError
-    from scaling_book.seed_loader import SeedError
+    from scaling_book.seed_loader import ContentError
 
     started = time.perf_counter()
     target = None if no_export else export_dir(export_to)
     try:
         with err.status("building") as status:
             report = run_build(db, seed_dir=seed_dir, export_dir=target, on_progress=lambda message: status.update(message))
-    except (SeedError, GateError) as exc:
+    except ContentError as exc:
         problems = exc.issues
         err.print(f"[bold red]build refused:[/bold red] {len(problems)} problem(s); nothing exported")
         for problem in problems:

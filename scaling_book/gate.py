@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from scaling_book.seed_loader import SeedIssue
+from scaling_book.seed_loader import ContentError, SeedIssue
 from scaling_book.store.items import all_items
 from scaling_book.store.models import Baseline, Item
 
@@ -31,12 +31,8 @@ REFERENCE_TIMEOUT_S = 20.0
 GATE_WORKERS = 4
 
 
-class GateError(Exception):
-    """Raised with every failed check of a gate run (as `SeedIssue`s: file, item, field); nothing may be exported."""
-
-    def __init__(self, issues: list[SeedIssue]):
-        self.issues = issues
-        super().__init__("\n".join(str(issue) for issue in issues))
+class GateError(ContentError):
+    """Raised with every failed executable check of a gate run; nothing may be exported."""
 
 
 @dataclass

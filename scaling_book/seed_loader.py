@@ -68,12 +68,16 @@ class SeedIssue:
         return f"{where}: {self.message}"
 
 
-class SeedError(Exception):
-    """Raised with every `SeedIssue` found in one load."""
+class ContentError(Exception):
+    """Content that must not be exported, with every `SeedIssue` found (file, item id, field)."""
 
     def __init__(self, issues: list[SeedIssue]):
         self.issues = issues
         super().__init__("\n".join(str(issue) for issue in issues))
+
+
+class SeedError(ContentError):
+    """Raised with every `SeedIssue` found in one load of `seed/`, or refused by the store."""
 
 
 @dataclass
