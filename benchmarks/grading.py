@@ -29,8 +29,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from scaling_book import sandbox  # noqa: E402
-from scaling_book.graders import grade  # noqa: E402
-from scaling_book.graders import formula  # noqa: E402
+from scaling_book.grading import (
+    formula,  # noqa: E402
+    grade,  # noqa: E402
+)
 
 HOSTILE_FORMULAS = [
     "9**9**9**9", "2**30**5", "floor(10**10**10/T)", "T" + "**T" * 90,

@@ -14,9 +14,9 @@ from typing import Any
 __all__ = ["ScalingBookTaskset", "ScalingBookEnv", "ScalingBookHarness"]
 
 _LAZY = {
-    "ScalingBookTaskset": "scaling_book.taskset",
-    "ScalingBookEnv": "scaling_book.env",
-    "ScalingBookHarness": "scaling_book.harness",
+    "ScalingBookTaskset": "scaling_book.environment.taskset",
+    "ScalingBookEnv": "scaling_book.environment.runtime",
+    "ScalingBookHarness": "scaling_book.environment.harness",
 }
 
 

@@ -31,7 +31,7 @@ def built(tmp_path_factory) -> dict:
     Returns {"db_url", "export_dir", "report"}. Tests that need exported rows use this rather than
     the developer's build/ folder, so `pytest` works on a fresh clone.
     """
-    from scaling_book.build import build
+    from scaling_book.content.build import build
 
     root = tmp_path_factory.mktemp("built")
     db_url = f"sqlite:///{root / 'store.sqlite'}"
@@ -43,6 +43,6 @@ def built(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def exported_rows(built) -> list[dict]:
     """Every exported row of config `all`, loaded through `datasets` as the taskset loads it."""
-    from scaling_book.export import load_config
+    from scaling_book.content.export import load_config
 
     return list(load_config(built["export_dir"], "all"))

@@ -9,7 +9,7 @@ may raise `PolicyError(status)` to answer with an HTTP error instead. Every requ
 
 `Oracle(rows)` answers every exported item correctly from its key (found by the question text
 of the user message), and `Wrong(rows)` answers every item incorrectly, both in the answer format
-of `scaling_book.prompting.SYSTEM_PROMPT`. Neither imports scaling_book's graders: the answers are
+of `scaling_book.grading.prompt.SYSTEM_PROMPT`. Neither imports scaling_book's graders: the answers are
 built from the exported `info` fields, and code answers from the reference solutions in `seed/`.
 """
 

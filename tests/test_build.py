@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scaling_book.cli import app
-from scaling_book.export import CONFIGS, load_config, read_manifest
+from scaling_book.content.export import CONFIGS, load_config, read_manifest
 from scaling_book.paths import SEED_DIR
 
 
@@ -51,8 +51,8 @@ def test_build_refuses_a_failing_reference_and_exports_nothing(tmp_path: Path) -
     broken = source.replace("return ", "return 2 * ", 1)
     assert broken != source
     reference.write_text(broken)
-    from scaling_book.build import build
-    from scaling_book.gate import GateError
+    from scaling_book.content.build import build
+    from scaling_book.content.gate import GateError
 
     export_dir = tmp_path / "export"
     with pytest.raises(GateError) as info:
@@ -81,8 +81,8 @@ def test_failed_build_keeps_the_previous_store_content(built, tmp_path: Path) ->
     (seed / "ch02_tpus.toml").write_text((seed / "ch02_tpus.toml").read_text().replace('grader = "mcq"', 'grader = "essay"', 1))
     db_copy = tmp_path / "copy.sqlite"
     shutil.copy(built["db_url"].removeprefix("sqlite:///"), db_copy)
-    from scaling_book.build import build
-    from scaling_book.seed_loader import SeedError
+    from scaling_book.content.build import build
+    from scaling_book.content.specs import SeedError
 
     with pytest.raises(SeedError, match="ch02_tpus.toml, item ch02-.*field grader"):
         build(f"sqlite:///{db_copy}", seed_dir=seed, export_dir=None)

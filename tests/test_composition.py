@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
+from scaling_book.content.loader import load_seed
 from scaling_book.paths import SEED_DIR
-from scaling_book.seed_loader import load_seed
 
 CHAPTERS = {1: 8, 2: 12, 3: 13, 4: 17, 5: 11, 6: 9, 7: 11, 8: 8, 12: 28}
 CONFIGS = {"qa": 69, "code": 20, "train": 89, "heldout_qa": 24, "heldout_code": 4, "heldout": 28, "all": 117}
@@ -53,7 +53,7 @@ def test_provenance_totals_and_per_chapter(items) -> None:
 
 
 def test_config_sizes(items) -> None:
-    from scaling_book.export import config_members
+    from scaling_book.content.export import config_members
 
     assert {c: sum(config_members(c, i.split, i.kind) for i in items) for c in CONFIGS} == CONFIGS
 

@@ -19,9 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from fake_openai import FakeOpenAI, Oracle, PolicyError, Wrong, read_export_rows
+from typer.testing import CliRunner
 
 KEY_VAR = "SCALING_BOOK_TEST_API_KEY"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -129,8 +128,8 @@ def test_failed_model_call_is_stored_as_error_and_fails_the_run(built, db_url):
 
 
 def test_evaluate_grades_once_per_rollout_and_reports_progress(built, monkeypatch):
-    import scaling_book.taskset as taskset
-    from scaling_book.evaluation import evaluate
+    import scaling_book.environment.taskset as taskset
+    from scaling_book.runs.runner import evaluate
 
     rows = read_export_rows(built["export_dir"], "code")
     calls: Counter[str] = Counter()
@@ -186,7 +185,10 @@ def test_vf_eval_with_documented_flags_completes_against_the_local_server(built,
 
 
 def test_gold_answer_of_every_item_validates(built, monkeypatch):
-    from scaling_book.taskset import ScalingBookTaskset, ScalingBookTasksetConfig
+    from scaling_book.environment.taskset import (
+        ScalingBookTaskset,
+        ScalingBookTasksetConfig,
+    )
 
     taskset = ScalingBookTaskset(ScalingBookTasksetConfig(id="scaling-book", config="all",
                                                           export_dir=built["export_dir"]))
@@ -201,7 +203,10 @@ def test_gold_answer_of_every_item_validates(built, monkeypatch):
 
 
 def test_hash_split_partitions_each_config_stably(built):
-    from scaling_book.taskset import ScalingBookTaskset, ScalingBookTasksetConfig
+    from scaling_book.environment.taskset import (
+        ScalingBookTaskset,
+        ScalingBookTasksetConfig,
+    )
 
     def ids(config: str, subset: str, fraction: float = 0.2) -> set[str]:
         taskset = ScalingBookTaskset(ScalingBookTasksetConfig(
@@ -223,7 +228,7 @@ def test_taskset_refuses_rows_that_do_not_match_the_manifest(built, tmp_path):
 
     import pyarrow.parquet as pq
 
-    from scaling_book.taskset import read_rows
+    from scaling_book.environment.taskset import read_rows
 
     export = tmp_path / "export"
     shutil.copytree(built["export_dir"], export)
@@ -236,14 +241,14 @@ def test_taskset_refuses_rows_that_do_not_match_the_manifest(built, tmp_path):
 
 
 def test_taskset_configs_are_the_exported_configs():
-    from scaling_book.export import CONFIGS as EXPORTED
-    from scaling_book.taskset import CONFIGS
+    from scaling_book.content.export import CONFIGS as EXPORTED
+    from scaling_book.environment.taskset import CONFIGS
 
     assert set(CONFIGS) == set(EXPORTED)
 
 
 def test_importing_the_package_and_cli_does_not_import_verifiers():
-    code = ("import sys, scaling_book, scaling_book.cli, scaling_book.evaluation; "
+    code = ("import sys, scaling_book, scaling_book.cli, scaling_book.runs.runner; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'verifiers'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
     assert out.stdout.strip() == "[]"

@@ -12,9 +12,9 @@ import math
 
 import pytest
 
-from scaling_book.graders import GRADER_VERSION, Grade, grade
-from scaling_book.graders.code import knowledge_free_baseline, test_passes
-from scaling_book.graders.extract import extract_answer, extract_code, parse_number
+from scaling_book.grading import GRADER_VERSION, Grade, grade
+from scaling_book.grading.code import knowledge_free_baseline, test_passes
+from scaling_book.grading.extract import extract_answer, extract_code, parse_number
 
 
 def numeric_item(target: float, tolerance: float, unit: str = "") -> dict:
@@ -451,7 +451,7 @@ def test_code_without_python_block_or_wrong_name_scores_zero():
 
 
 def test_code_execution_disabled_scores_zero_and_starts_no_process(monkeypatch):
-    import scaling_book.graders.code as code_grader
+    import scaling_book.grading.code as code_grader
 
     def forbidden(*args, **kwargs):
         raise AssertionError("run_function called with allow_code_execution=False")
@@ -532,8 +532,12 @@ def test_one_rollout_scored_end_to_end_through_the_taskset_rubric():
     import verifiers.v1 as vf
     from verifiers.v1.trace import AgentInfo, TraceTask
 
-    from scaling_book.prompting import SYSTEM_PROMPT
-    from scaling_book.taskset import ScalingBookTask, ScalingBookTaskConfig, row_data
+    from scaling_book.environment.taskset import (
+        ScalingBookTask,
+        ScalingBookTaskConfig,
+        row_data,
+    )
+    from scaling_book.grading.prompt import SYSTEM_PROMPT
 
     info = {"item_id": "ch01-test", "chapter": 1, "section": "s", "provenance": "book_stated_fact",
             "split": "train", "kind": "qa", "content_hash": "x", "units": ["FLOPs/byte"], "choices": "",

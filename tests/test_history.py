@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from scaling_book.evaluation import RolloutOutcome
-from scaling_book.history import compare_runs, finish_run, start_run
+from scaling_book.runs.compare import compare_runs
+from scaling_book.runs.recording import RolloutOutcome, finish_run, start_run
 from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
 
 VERSIONS = {f"ch01-item-{i}": (f"hash-{i}", "train") for i in range(40)}
@@ -119,10 +119,10 @@ def test_migrations_keep_history_rows_across_a_rerun(db_url, session_factory) ->
 
 
 def test_rescore_regrades_stored_responses_into_a_new_run(built, tmp_path: Path) -> None:
-    from scaling_book.export import load_config
-    from scaling_book.graders import GRADER_VERSION
-    from scaling_book.rescore import RescoreError, rescore_run
-    from scaling_book.run_eval import item_versions
+    from scaling_book.content.export import load_config
+    from scaling_book.grading import GRADER_VERSION
+    from scaling_book.runs.rescore import RescoreError, rescore_run
+    from scaling_book.runs.runner import item_versions
 
     db_url = f"sqlite:///{tmp_path / 'rescore.sqlite'}"
     upgrade_to_head(db_url)

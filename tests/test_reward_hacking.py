@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from scaling_book.graders import grade
+from scaling_book.grading import grade
+from scaling_book.grading.sandbox import isolation_mode
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KNOWLEDGE_FREE_CEILING = 0.05
@@ -77,7 +78,7 @@ def constant_responses() -> list[str]:
 
 def gold_has_symbols(info: dict) -> bool:
     """Whether a formula item's answer uses a declared symbol (then no number can equal it)."""
-    from scaling_book.graders.formula import normalise, vet
+    from scaling_book.grading.formula import normalise, vet
 
     symbols = list(info["formula_symbols"])
     form = vet(normalise(info["formula_answer"], symbols), symbols)
@@ -289,10 +290,10 @@ def test_every_code_exploit_scores_exactly_zero_on_every_code_item(dataset):
     assert not paid, paid[:5]
 
 
-@pytest.mark.skipif(__import__("scaling_book.sandbox").sandbox.isolation_mode() != "bwrap",
+@pytest.mark.skipif(isolation_mode() != "bwrap",
                     reason="bubblewrap not available")
 def test_bwrap_hides_the_project_tree_from_submissions():
-    from scaling_book.sandbox import run_function
+    from scaling_book.grading.sandbox import run_function
 
     seed = REPO_ROOT / "seed"
     src = "import os\ndef f(path):\n    return os.path.isdir(path) and len(os.listdir(path))\n"
@@ -300,7 +301,7 @@ def test_bwrap_hides_the_project_tree_from_submissions():
     assert r.status == "ok" and r.values == [False, False], r.values
 
 
-@pytest.mark.skipif(__import__("scaling_book.sandbox").sandbox.isolation_mode() != "bwrap",
+@pytest.mark.skipif(isolation_mode() != "bwrap",
                     reason="bubblewrap not available")
 def test_bwrap_answer_key_copied_outside_the_project_tree_is_out_of_reach():
     # A copy of the answer key in a world-readable directory that is not the project tree, the cwd or
@@ -369,8 +370,8 @@ def test_numeric_ranges_starting_at_the_target_score_zero_on_every_item(dataset)
 # ------------------------------------------------------------------------------------------------
 
 PAYLOADS = [
-    "__import__('scaling_book.graders.numeric').graders.numeric.__dict__.update(numeric_credit=lambda *a: (1.0, ''))",
-    "exec('import scaling_book.graders.numeric as n; n.numeric_credit = lambda *a: (1.0, \"\")')",
+    "__import__('scaling_book.grading.numeric').graders.numeric.__dict__.update(numeric_credit=lambda *a: (1.0, ''))",
+    "exec('import scaling_book.grading.numeric as n; n.numeric_credit = lambda *a: (1.0, \"\")')",
     "T.__class__.__mro__[-1].__subclasses__()",
     "(lambda: __builtins__)()",
     "getattr(T, '__class__')",
@@ -390,10 +391,10 @@ FORMULA_ITEM = {"grader": "formula", "formula_answer": "T/(8*D)", "formula_symbo
 
 
 def test_formula_payloads_cannot_change_grading_internals():
-    import scaling_book.graders as graders
-    import scaling_book.graders.code as code_grader
-    import scaling_book.graders.formula as formula
-    import scaling_book.graders.numeric as numeric
+    import scaling_book.grading as graders
+    import scaling_book.grading.code as code_grader
+    import scaling_book.grading.formula as formula
+    import scaling_book.grading.numeric as numeric
 
     watched = {
         "numeric_credit": numeric.numeric_credit, "grade": graders.grade, "vet": formula.vet,
@@ -423,7 +424,7 @@ def test_constant_power_towers_are_refused_before_sympy():
 
 
 def test_hostile_formulas_are_bounded_in_time_and_memory(monkeypatch):
-    from scaling_book.graders import formula
+    from scaling_book.grading import formula
 
     # a shorter bound than the default keeps this test fast; the mechanism is the same
     monkeypatch.setattr(formula, "FORMULA_TIMEOUT_S", 0.5)

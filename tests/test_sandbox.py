@@ -18,8 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from scaling_book import sandbox
-from scaling_book.sandbox import CallError, isolation_mode, run_function
+from scaling_book.grading.sandbox import (
+    CallError,
+    SandboxResult,
+    isolation,
+    isolation_mode,
+    process,
+    run_function,
+)
 
 BWRAP = isolation_mode() == "bwrap"
 MODES = ["rlimit", pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP, reason="bubblewrap not available"))]
@@ -93,14 +99,14 @@ def processes_in(directory: str) -> list[int]:
 def workdirs(monkeypatch) -> list[str]:
     """The working directories the sandbox creates during the test, in order."""
     created: list[str] = []
-    real = sandbox.tempfile.mkdtemp
+    real = process.tempfile.mkdtemp
 
     def recording(*args, **kwargs):
         path = real(*args, **kwargs)
         created.append(path)
         return path
 
-    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", recording)
+    monkeypatch.setattr(process.tempfile, "mkdtemp", recording)
     return created
 
 
@@ -168,7 +174,7 @@ def test_sandbox_background_grandchildren_do_not_survive(mode, workdirs):
     assert processes_in(workdirs[0]) == []
 
 
-def _writes_outside(mode: str, target: Path) -> tuple[sandbox.SandboxResult, bool]:
+def _writes_outside(mode: str, target: Path) -> tuple[SandboxResult, bool]:
     src = (
         "def f(path):\n"
         "    try:\n"
@@ -216,10 +222,10 @@ def test_bwrap_shows_the_child_no_host_file_outside_the_system_directories():
         shutil.rmtree(planted, ignore_errors=True)
 
 
-@pytest.mark.skipif(not (BWRAP and sandbox._bwrap_has_size()), reason="bubblewrap >= 0.7 not available")
+@pytest.mark.skipif(not (BWRAP and isolation.bwrap_has_size()), reason="bubblewrap >= 0.7 not available")
 def test_bwrap_work_directory_holds_at_most_its_cap():
     # 1 MiB writes into 8 MiB files until the disk is full: the 16 MiB tmpfs takes 16 of them.
-    assert sandbox.WORKDIR_CAP_BYTES == 16 * 1024 * 1024
+    assert isolation.WORKDIR_CAP_BYTES == 16 * 1024 * 1024
     src = (
         "def f():\n"
         "    n = 0\n"
@@ -260,7 +266,7 @@ def test_sandbox_forged_deeply_nested_report_is_an_error_not_an_exception(mode):
 
 def test_rlimit_per_run_uid_files_in_shared_directories_are_removed():
     # As root the run has its own uid; what it leaves in /tmp and /dev/shm (memory) is deleted.
-    _, drops = sandbox._child_python("rlimit", os.geteuid() == 0)
+    _, drops = isolation.child_python("rlimit", os.geteuid() == 0)
     if not drops:
         pytest.skip("no per-run uid here (not root, or root cannot change uid)")
     names = [f"/tmp/scaling-book-left-{secrets.token_hex(6)}", f"/dev/shm/scaling-book-left-{secrets.token_hex(6)}"]
@@ -288,7 +294,7 @@ def test_rlimit_writes_outside_the_work_directory_follow_the_documented_limits(t
     os.chmod(target_dir, 0o755)
     r, exists = _writes_outside("rlimit", target_dir / "escape.txt")
     assert r.status == "ok"
-    _, drops = sandbox._child_python("rlimit", os.geteuid() == 0)
+    _, drops = isolation.child_python("rlimit", os.geteuid() == 0)
     if drops:
         assert r.values == ["PermissionError"] and not exists
     else:

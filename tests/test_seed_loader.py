@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from scaling_book.content.loader import load_seed
+from scaling_book.content.specs import SeedError
 from scaling_book.paths import SEED_DIR
-from scaling_book.seed_loader import SeedError, load_seed
 
 GOOD_NUMERIC = '''
 [[item]]

@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scaling_book.transfer import ScoredRollout, paired_difference, transfer_report
+from scaling_book.runs.gap_statistics import (
+    ScoredRollout,
+    paired_difference,
+    transfer_report,
+)
 
 
 def _rollouts(spec: dict[str, tuple[str, list[int]]]) -> list[ScoredRollout]:

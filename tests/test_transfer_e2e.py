@@ -10,14 +10,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fake_openai import FakeOpenAI, Oracle, Wrong, read_export_rows
 from typer.testing import CliRunner
 
-from fake_openai import FakeOpenAI, Oracle, Wrong, read_export_rows
 from scaling_book.cli import app
-from scaling_book.history import compare_runs, transfer_history
-from scaling_book.run_eval import EvalRequest
+from scaling_book.runs.compare import compare_runs
+from scaling_book.runs.history import transfer_history
+from scaling_book.runs.runner import EvalRequest
+from scaling_book.runs.transfer_check import run_transfer_check
 from scaling_book.store import make_engine, make_session_factory
-from scaling_book.transfer_check import run_transfer_check
 
 API_KEY_VAR = "SCALING_BOOK_TEST_KEY"
 

@@ -1,6 +1,7 @@
 """Writing validated item specs into the store, and reading them back.
 
-`replace_items` replaces the whole item catalogue in the caller's transaction (run history is never
+The store does not import the seed format (`scaling_book.content.specs.ItemSpec`): `item_row` reads the
+attributes it maps, so the import arrow points from content to store only. `replace_items` replaces the whole item catalogue in the caller's transaction (run history is never
 touched: rollouts keep the item id and content hash, not a foreign key). Each item is flushed on its
 own, so a constraint the database refuses is reported with the item id and the field it guards.
 """
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from scaling_book.seed_loader import ItemSpec, SeedError, SeedIssue
 from scaling_book.store.models import (
     CodeTask,
     CodeTestCase,
@@ -46,6 +48,24 @@ CONSTRAINT_FIELDS = {
 }
 
 
+@dataclass(frozen=True)
+class RefusedRow:
+    """One item the database refused: where it came from, the seed field the constraint guards, why."""
+
+    source_file: str
+    item_id: str
+    field: str | None
+    message: str
+
+
+class RowsRefused(Exception):
+    """Raised by `replace_items` with every `RefusedRow` of one replacement."""
+
+    def __init__(self, refused: list[RefusedRow]):
+        self.refused = refused
+        super().__init__("; ".join(f"{r.item_id}: {r.message}" for r in refused))
+
+
 def _field_of(error: IntegrityError) -> str | None:
     message = str(error.orig)
     for name, field in CONSTRAINT_FIELDS.items():
@@ -58,8 +78,8 @@ def _field_of(error: IntegrityError) -> str | None:
     return None
 
 
-def item_row(spec: ItemSpec) -> Item:
-    """The ORM object graph of one item spec."""
+def item_row(spec: Any) -> Item:
+    """The ORM object graph of one item spec (a `scaling_book.content.specs.ItemSpec`)."""
     item = Item(
         id=spec.id, chapter=spec.chapter, split=spec.split, section=spec.section,
         provenance=spec.provenance, grader=spec.grader, question=spec.question,
@@ -93,15 +113,15 @@ def item_row(spec: ItemSpec) -> Item:
     return item
 
 
-def replace_items(session: Session, specs: list[ItemSpec]) -> None:
+def replace_items(session: Session, specs: list[Any]) -> None:
     """Replace every item in the store with `specs`, inside the caller's transaction.
 
-    Raises `SeedError` naming the file, item and field of every row the database refuses.
+    Raises `RowsRefused` naming the file, item and field of every row the database refuses.
     """
     session.execute(delete(Item).where(Item.split == "heldout"))
     session.execute(delete(Item))
     session.flush()
-    issues: list[SeedIssue] = []
+    issues: list[RefusedRow] = []
     # Train items first: held-out items reference them as counterparts.
     for spec in sorted(specs, key=lambda s: (s.split != "train", s.chapter)):
         savepoint = session.begin_nested()
@@ -116,9 +136,9 @@ def replace_items(session: Session, specs: list[ItemSpec]) -> None:
         except IntegrityError as error:
             savepoint.rollback()
             detail = re.sub(r"\s+", " ", str(error.orig))
-            issues.append(SeedIssue(spec.source_file, spec.id, _field_of(error), f"refused by the store: {detail}"))
+            issues.append(RefusedRow(spec.source_file, spec.id, _field_of(error), f"refused by the store: {detail}"))
     if issues:
-        raise SeedError(issues)
+        raise RowsRefused(issues)
 
 
 def all_items(session: Session) -> list[Item]:

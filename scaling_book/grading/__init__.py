@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scaling_book.graders.extract import extract_answer, extract_code
+from scaling_book.grading.extract import extract_answer, extract_code
 
 __all__ = ["GRADER_VERSION", "GRADERS", "Grade", "grade"]
 
@@ -61,7 +61,7 @@ def grade(info: Mapping[str, Any], response: str, *, allow_code_execution: bool 
     extracted: str | None = None
     try:
         if kind == "code":
-            from scaling_book.graders import code as code_grader
+            from scaling_book.grading import code as code_grader
 
             extracted = extract_code(response)
             formatted = (extracted is not None and len(extracted) <= code_grader.MAX_SOURCE_CHARS
@@ -71,13 +71,13 @@ def grade(info: Mapping[str, Any], response: str, *, allow_code_execution: bool 
             return _finish(correctness, exact, formatted, reason, extracted)
         extracted = extract_answer(response)
         if kind == "numeric":
-            from scaling_book.graders.numeric import grade_numeric as fn
+            from scaling_book.grading.numeric import grade_numeric as fn
         elif kind == "numeric_multi":
-            from scaling_book.graders.numeric import grade_numeric_multi as fn
+            from scaling_book.grading.numeric import grade_numeric_multi as fn
         elif kind == "mcq":
-            from scaling_book.graders.mcq import grade_mcq as fn
+            from scaling_book.grading.mcq import grade_mcq as fn
         elif kind == "formula":
-            from scaling_book.graders.formula import grade_formula as fn
+            from scaling_book.grading.formula import grade_formula as fn
         else:
             return _finish(0.0, False, extracted is not None,
                            f"unknown grader {kind!r}; expected one of {', '.join(GRADERS)}", extracted)

@@ -1,6 +1,6 @@
 """The formula worker: the only process that hands model-authored text to sympy.
 
-Run by ``scaling_book.graders.formula`` as ``python _formula_worker.py <headroom-bytes>``; reads
+Run by ``scaling_book.grading.formula`` as ``python sympy_worker.py <headroom-bytes>``; reads
 one JSON request per line on stdin, writes one JSON response per line on stdout. After importing
 sympy it caps its own address space (``RLIMIT_AS``) at its current size plus the headroom; the parent bounds every request in wall-clock
 time and kills and restarts this process when a request overruns. Requests have already been vetted

@@ -11,7 +11,7 @@ stages, and only the last one runs sympy:
    one comparison (``< <= > >=``) and calls of a fixed function whitelist (``FUNCTIONS``) with
    positional arguments. No attributes, subscripts, strings, lambdas, keywords, dunders or other names,
    and no exponent containing a power of constants (``2**30**5``, ``10**10**10``).
-3. **compare** in a separate worker process (``_formula_worker.py``) that parses with sympy's
+3. **compare** in a separate worker process (``sympy_worker.py``) that parses with sympy's
    ``parse_expr`` under a minimal namespace (every declared symbol a plain positive ``Symbol``, so
    ``E``, ``N``, ``S``, ``Q``, ``I``, ``O``, ``beta``... are variables) and compares. Each request is
    bounded in wall-clock time (``FORMULA_TIMEOUT_S``) and the worker's address space is capped
@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from scaling_book.graders.extract import strip_markup
+from scaling_book.grading.extract import strip_markup
 
 __all__ = [
     "FORMULA_MEMORY_HEADROOM_BYTES",
@@ -266,7 +266,7 @@ def vet(expression: str, symbols: Iterable[str]) -> dict[str, str]:
 # 3. the worker
 # --------------------------------------------------------------------------------------------------
 
-_WORKER_PATH = Path(__file__).with_name("_formula_worker.py")
+_WORKER_PATH = Path(__file__).with_name("sympy_worker.py")
 
 
 class _Worker:

@@ -1,6 +1,6 @@
 """The system prompt every exported row carries: the answer format and the units rule.
 
-It states exactly what ``scaling_book.graders.extract`` reads, so a model that follows it is graded
+It states exactly what ``scaling_book.grading.extract`` reads, so a model that follows it is graded
 on what it meant.
 """
 

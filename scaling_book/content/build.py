@@ -15,12 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaling_book.export import CONFIGS, config_members, export
-from scaling_book.gate import GateReport, run_gate
+from scaling_book.content.export import CONFIGS, config_members, export
+from scaling_book.content.gate import GateReport, run_gate
+from scaling_book.content.loader import load_seed
+from scaling_book.content.specs import ItemSpec, SeedError, SeedIssue
 from scaling_book.paths import SEED_DIR
-from scaling_book.seed_loader import ItemSpec, load_seed
-from scaling_book.store import make_engine, make_session_factory, resolve_db_url, upgrade_to_head
-from scaling_book.store.items import replace_items
+from scaling_book.store import (
+    make_engine,
+    make_session_factory,
+    resolve_db_url,
+    upgrade_to_head,
+)
+from scaling_book.store.items import RowsRefused, replace_items
 
 
 @dataclass
@@ -64,7 +70,10 @@ def build(
     engine = make_engine(url)
     try:
         with make_session_factory(engine)() as session, session.begin():
-            replace_items(session, specs)
+            try:
+                replace_items(session, specs)
+            except RowsRefused as exc:
+                raise SeedError([SeedIssue(r.source_file, r.item_id, r.field, r.message) for r in exc.refused]) from None
             say(f"gate: checking {len(specs)} items")
             gate = run_gate(session, on_progress=lambda item_id: say(f"gate: ran reference of {item_id}"))
         manifest: dict[str, Any] = {}

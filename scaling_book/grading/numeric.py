@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaling_book.graders.extract import MAX_ANSWER_CHARS, parse_number, split_values
+from scaling_book.grading.extract import MAX_ANSWER_CHARS, parse_number, split_values
 
 __all__ = ["NEAR_MISS_CAP", "NEAR_MISS_CREDIT", "FACTOR_TWO_CREDIT", "numeric_credit", "grade_numeric",
            "grade_numeric_multi"]

@@ -1,5 +1,5 @@
 """The transfer check: evaluate one model checkpoint on `train` and on `heldout`, store both runs
-under one transfer-check record, and compute the report of `scaling_book.transfer`.
+under one transfer-check record, and compute the report of `scaling_book.runs.gap_statistics`.
 
 The record is committed as `running` first; it becomes `complete` (with every figure of the report)
 only when both runs completed, and `failed` otherwise. History views show complete checks only.
@@ -15,10 +15,19 @@ from datetime import UTC, datetime
 from rich.console import Console
 from sqlalchemy import select
 
-from scaling_book.run_eval import EvalRequest, EvalSummary, dataset_hash_of, run_and_record
+from scaling_book.runs.gap_statistics import (
+    ScoredRollout,
+    TransferReport,
+    transfer_report,
+)
+from scaling_book.runs.runner import (
+    EvalRequest,
+    EvalSummary,
+    dataset_hash_of,
+    run_and_record,
+)
 from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
 from scaling_book.store.models import RolloutResult, TransferCheck
-from scaling_book.transfer import ScoredRollout, TransferReport, transfer_report
 
 HALVES = ("train", "heldout")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from scaling_book.graders import Grade
+    from scaling_book.grading import Grade
 
 CORRECTNESS_WEIGHT = 1.0
 FORMAT_WEIGHT = 0.2

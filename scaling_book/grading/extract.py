@@ -1,6 +1,6 @@
 """Answer extraction: one rule for every grader, applied before any scoring.
 
-The rule (stated to the model in ``scaling_book.prompting.SYSTEM_PROMPT``):
+The rule (stated to the model in ``scaling_book.grading.prompt.SYSTEM_PROMPT``):
 
 1. Reasoning blocks (``<think>...</think>``) are dropped.
 2. **The final answer is the content of the last ``<answer>...</answer>`` block** (tags matched without

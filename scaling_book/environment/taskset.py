@@ -3,7 +3,7 @@
 Each task is one exported item (`build/export/<config>/*.parquet`, written by
 `scaling-book build`): a system prompt stating the answer format, and a question from one chapter
 of *How To Scale Your Model*. The model answers once. The response is graded once per rollout by
-`scaling_book.graders.grade`, dispatched on the item's grader (numeric, numeric_multi, mcq,
+`scaling_book.grading.grade`, dispatched on the item's grader (numeric, numeric_multi, mcq,
 formula, code), and that one grade feeds every signal:
 
 - reward `correctness` (weight 1.0): the grader's credit in [0, 1];
@@ -31,12 +31,12 @@ from typing import Any, Literal, get_args
 import verifiers.v1 as vf
 from pydantic import Field
 
-from scaling_book.graders import GRADER_VERSION, Grade, grade
+from scaling_book.grading import GRADER_VERSION, Grade, grade
+from scaling_book.grading.rubric import CORRECTNESS_WEIGHT, FORMAT_WEIGHT, format_reward
 from scaling_book.paths import REPO_ROOT, export_dir
-from scaling_book.rubric import CORRECTNESS_WEIGHT, FORMAT_WEIGHT, format_reward
 
 ConfigName = Literal["qa", "code", "train", "heldout_qa", "heldout_code", "heldout", "all"]
-"""The exported configs (`scaling_book.export.CONFIGS`; a test keeps the two in step)."""
+"""The exported configs (`scaling_book.content.export.CONFIGS`; a test keeps the two in step)."""
 CONFIGS: tuple[str, ...] = get_args(ConfigName)
 
 GRADE_INFO_KEY = "grade"
@@ -249,7 +249,7 @@ def read_rows(config: str, export: Path | str | None = None) -> list[dict[str, A
     for file in files:
         rows.extend(pq.read_table(file).to_pylist())
     if (folder / "manifest.json").is_file():
-        from scaling_book.export import dataset_hash, read_manifest
+        from scaling_book.content.export import dataset_hash, read_manifest
 
         expected = read_manifest(folder)["configs"][config]["dataset_hash"]
         found = dataset_hash([row["info"]["content_hash"] for row in rows])

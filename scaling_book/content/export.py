@@ -195,7 +195,7 @@ def export(session: Session, out_dir: Path) -> dict[str, Any]:
     from datasets import Dataset
     from datasets.utils.logging import disable_progress_bar
 
-    from scaling_book.prompting import SYSTEM_PROMPT
+    from scaling_book.grading.prompt import SYSTEM_PROMPT
 
     disable_progress_bar()
 

@@ -1,7 +1,7 @@
 """The code grader: one Python function, run in the sandbox, compared in this process.
 
 Scoring: the submission (the last fenced ```python block of the response) runs once in
-``scaling_book.sandbox.run_function`` against every test case's arguments. Each returned value is
+``scaling_book.grading.sandbox.run_function`` against every test case's arguments. Each returned value is
 compared here, type-strictly, with the expected value the child never saw:
 
 - ``rel``: a number (``int`` or ``float``, never ``bool``), finite, within the item's relative tolerance
@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaling_book.sandbox import CallError, run_function
+from scaling_book.grading.sandbox import CallError, run_function
 
 __all__ = [
     "KNOWLEDGE_FREE_CONSTANTS",

@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from scaling_book.graders.extract import MAX_ANSWER_CHARS, strip_markup
+from scaling_book.grading.extract import MAX_ANSWER_CHARS, strip_markup
 
 __all__ = ["read_letter", "grade_mcq"]
 

@@ -14,11 +14,10 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from scaling_book.export import load_config
-from scaling_book.evaluation import RolloutOutcome
-from scaling_book.history import finish_run, start_run
-from scaling_book.run_eval import dataset_hash_of
-from scaling_book.rubric import format_reward, total_reward
+from scaling_book.content.export import load_config
+from scaling_book.grading.rubric import format_reward, total_reward
+from scaling_book.runs.recording import RolloutOutcome, finish_run, start_run
+from scaling_book.runs.runner import dataset_hash_of
 from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
 from scaling_book.store.models import EvalRun, RolloutResult
 
@@ -55,7 +54,7 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
     `MissingExport` when `export_dir` has no export of the run's config, and `StaleExport` when the
     export's rows do not match its manifest.
     """
-    from scaling_book.graders import GRADER_VERSION, grade
+    from scaling_book.grading import GRADER_VERSION, grade
 
     upgrade_to_head(db_url)
     engine = make_engine(db_url)

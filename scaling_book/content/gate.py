@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from scaling_book.seed_loader import ContentError, SeedIssue
+from scaling_book.content.specs import ContentError, SeedIssue
 from scaling_book.store.items import all_items
 from scaling_book.store.models import Baseline, Item
 
@@ -48,7 +48,7 @@ class GateReport:
 
 
 def _check_formula(item: Item) -> list[SeedIssue]:
-    from scaling_book.graders.formula import FormulaError, check_parses
+    from scaling_book.grading.formula import FormulaError, check_parses
 
     symbols = [s.name for s in item.formula_symbols]
     failures = []
@@ -84,8 +84,8 @@ class _CodeCheck:
 
 
 def _check_code(check: _CodeCheck) -> tuple[list[SeedIssue], tuple[float, str], float]:
-    from scaling_book.graders.code import knowledge_free_baseline, test_passes
-    from scaling_book.sandbox import run_function
+    from scaling_book.grading.code import knowledge_free_baseline, test_passes
+    from scaling_book.grading.sandbox import run_function
 
     tests = check.tests
     result = run_function(check.reference_source, check.reference_function, [t["args"] for t in tests],
@@ -113,7 +113,7 @@ def _check_code(check: _CodeCheck) -> tuple[list[SeedIssue], tuple[float, str], 
 
 def run_gate(session: Session, on_progress: Callable[[str], None] | None = None) -> GateReport:
     """Run checks 5-7 over every item in the store; store baselines; raise `GateError` on any failure."""
-    from scaling_book.sandbox import isolation_mode
+    from scaling_book.grading.sandbox import isolation_mode
 
     items = all_items(session)
     report = GateReport(isolation_mode=isolation_mode())

@@ -1,0 +1,38 @@
+"""The `scaling-book` command: one module per command group, one of rendering helpers.
+
+- `app`: the Typer app, exit codes, shared options and pre-checks;
+- `content`: `build`;
+- `runs`: `eval`, `transfer-check`, `history`, `runs`, `compare`, `rescore`;
+- `db`: `db url`, `db upgrade`;
+- `render`: the tables and lines the commands print.
+
+A command parses its options and calls one function of the module that owns the step.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from scaling_book.cli import content, db, runs  # noqa: F401  (registers the commands on `app`)
+from scaling_book.cli.app import EXIT_USAGE, app, err
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Console-script entry point: database and driver problems become one clear line, not a traceback."""
+    from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        app(prog_name="scaling-book", standalone_mode=True)
+    except ArgumentError as exc:
+        err.print(f"[bold red]bad database URL:[/bold red] {exc} (use a SQLAlchemy URL or a SQLite file path)")
+        sys.exit(EXIT_USAGE)
+    except (DatabaseError, OperationalError) as exc:
+        err.print(f"[bold red]database error:[/bold red] {exc.orig if exc.orig else exc}", highlight=False)
+        sys.exit(EXIT_USAGE)
+    except ModuleNotFoundError as exc:
+        err.print(f"[bold red]missing database driver:[/bold red] {exc}; install it or use the SQLite default")
+        sys.exit(EXIT_USAGE)

@@ -1,0 +1,147 @@
+"""Rendering results for the terminal: the tables and lines that `scaling-book` commands print.
+
+Every function takes a result object of the module that produced it and prints with rich; none reads
+the store or computes anything beyond formatting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def fmt_interval(low: float | None, high: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    """`[low, high]` scaled and rounded, or `-` when either end is missing."""
+    if low is None or high is None:
+        return "-"
+    # Round first, then + 0.0: float noise like -1e-15 would otherwise print as -0.0.
+    low, high = round(scale * low, digits) + 0.0, round(scale * high, digits) + 0.0
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def interval_ends(interval: Any) -> tuple[float | None, float | None]:
+    """(low, high) of an interval object, or (None, None) when there is none."""
+    return (None, None) if interval is None else (interval.low, interval.high)
+
+
+def counts_table(title: str, counts: dict) -> Table:
+    """A two-column table of counts with a total row; the key column is named by the title's last word."""
+    table = Table(title=title, title_justify="left")
+    table.add_column(title.split()[-1])
+    table.add_column("items", justify="right")
+    for key, value in counts.items():
+        table.add_row(str(key), str(value))
+    table.add_row("[bold]total[/bold]", f"[bold]{sum(counts.values())}[/bold]")
+    return table
+
+
+def print_build_report(console: Console, report: Any, elapsed_s: float) -> None:
+    """The build's counts per chapter, grader, provenance and config, the gate's figures and errata."""
+    console.print(f"[bold green]build ok[/bold green]: {report.items} items, store {report.db_url}")
+    for title, counts in (("Items per chapter", report.by_chapter), ("Items per grader", report.by_grader),
+                          ("Items per provenance", report.by_provenance)):
+        console.print(counts_table(title, counts))
+    configs = Table(title="Items per config", title_justify="left")
+    for column in ("config", "items", "dataset hash"):
+        configs.add_column(column)
+    for config, n in report.by_config.items():
+        digest = report.manifest.get("configs", {}).get(config, {}).get("dataset_hash", "")
+        configs.add_row(config, str(n), digest[:12])
+    console.print(configs)
+    gate = report.gate
+    console.print(
+        f"gate: {gate.formulas_checked} formulas parsed, {gate.references_run} reference solutions passed "
+        f"{gate.test_cases_run} test cases, sandbox mode [bold]{gate.isolation_mode}[/bold]"
+        + ("" if gate.isolation_mode == "bwrap" else " (install the Debian package bubblewrap for isolation)")
+    )
+    if gate.baselines:
+        nonzero = {k: v for k, v in gate.baselines.items() if v[0] > 0}
+        console.print(f"baselines: {len(gate.baselines)} code items measured, {len(nonzero)} with a constant "
+                      f"passing some tests (max {max((v[0] for v in gate.baselines.values()), default=0):.2f})")
+    if report.errata:
+        console.print(f"errata recorded: {len(report.errata)} items ({', '.join(i for i, _ in report.errata)})")
+    console.print(f"export: {report.export_dir if report.export_dir else 'skipped (--no-export)'}")
+    console.print(f"took {elapsed_s:.1f} s")
+
+
+def print_transfer_check(console: Console, result: Any, model: str, checkpoint: str | None,
+                         step: int | None) -> None:
+    """Each half's accuracy and interval, the per-grader table, the gap and the matched-grader gap."""
+    report = result.report
+    halves = Table(title=f"transfer check {result.transfer_check_id}: {model}"
+                   + (f" @ {checkpoint}" if checkpoint else "") + (f" (step {step})" if step is not None else ""),
+                   title_justify="left")
+    for column in ("half", "run", "items", "rollouts", "exact accuracy", "95% interval"):
+        halves.add_column(column, justify="left" if column == "half" else "right")
+    halves.add_row("train", str(result.runs["train"].run_id), str(report.train_items), str(report.train_rollouts),
+                   f"{100 * report.train_accuracy:.1f}%", fmt_interval(*interval_ends(report.train_interval), 100))
+    halves.add_row("heldout", str(result.runs["heldout"].run_id), str(report.heldout_items),
+                   str(report.heldout_rollouts), f"{100 * report.heldout_accuracy:.1f}%",
+                   fmt_interval(*interval_ends(report.heldout_interval), 100))
+    console.print(halves)
+    graders = Table(title="per grader (exact accuracy)", title_justify="left")
+    for column in ("grader", "train items", "train", "heldout items", "heldout", "in"):
+        graders.add_column(column, justify="left" if column in ("grader", "in") else "right")
+    for row in report.per_grader:
+        graders.add_row(row.grader, str(row.train_items),
+                        "-" if row.train_accuracy is None else f"{100 * row.train_accuracy:.1f}%",
+                        str(row.heldout_items),
+                        "-" if row.heldout_accuracy is None else f"{100 * row.heldout_accuracy:.1f}%", row.status)
+    console.print(graders)
+    console.print(f"gap (train - heldout): [bold]{report.gap_points:+.1f} points[/bold] "
+                  f"95% {fmt_interval(*interval_ends(report.gap_interval))}")
+    if report.matched_gap_points is None:
+        console.print("matched-grader gap: none (no grader is present in both halves)")
+    else:
+        console.print(f"matched-grader gap: [bold]{report.matched_gap_points:+.1f} points[/bold] "
+                      f"95% {fmt_interval(*interval_ends(report.matched_gap_interval))}")
+    for grader, status in report.unmatched.items():
+        console.print(f"  grader {grader} is in the {status.replace(' only', '')} half only: "
+                      "left out of the matched-grader gap")
+
+
+def print_history(console: Console, rows: list) -> None:
+    """One row per completed transfer check: step, each half with its interval, gap, matched gap."""
+    table = Table(title="transfer checks", title_justify="left")
+    for column in ("id", "model", "checkpoint", "step", "train", "heldout", "gap (pts)", "gap 95%",
+                   "matched (pts)", "matched 95%"):
+        table.add_column(column, justify="left" if column in ("model", "checkpoint") else "right")
+    for r in rows:
+        table.add_row(str(r.transfer_check_id), r.model, r.checkpoint or "-", "-" if r.step is None else str(r.step),
+                      f"{100 * r.train_accuracy:.1f}% {fmt_interval(*r.train_ci, 100, 0)}",
+                      f"{100 * r.heldout_accuracy:.1f}% {fmt_interval(*r.heldout_ci, 100, 0)}",
+                      f"{r.gap_points:+.1f}", fmt_interval(*r.gap_ci),
+                      "-" if r.matched_gap_points is None else f"{r.matched_gap_points:+.1f}",
+                      fmt_interval(*r.matched_gap_ci))
+    console.print(table)
+
+
+def print_runs(console: Console, found: list) -> None:
+    """Stored runs, newest first: (run, rollouts, mean exact) rows."""
+    table = Table(title="eval runs (newest first)", title_justify="left")
+    for column in ("run", "model", "checkpoint", "step", "config", "status", "rollouts", "exact", "transfer check",
+                   "rescored from", "graders"):
+        table.add_column(column, justify="right" if column in ("run", "step", "rollouts", "exact") else "left")
+    for run, n, exact in found:
+        table.add_row(str(run.id), run.model, run.checkpoint or "-", "-" if run.step is None else str(run.step),
+                      run.config, run.status, str(n), "-" if exact is None else f"{exact:.3f}",
+                      "-" if run.transfer_check_id is None else str(run.transfer_check_id),
+                      "-" if run.rescored_from_run_id is None else str(run.rescored_from_run_id), run.grader_version)
+    console.print(table)
+
+
+def print_comparison(console: Console, result: Any) -> None:
+    """Items that flipped each way between two runs, the paired difference, and what was not compared."""
+    run_a, run_b = result.run_a, result.run_b
+    console.print(f"runs {run_a} -> {run_b}: {result.common_items} common items; "
+                  f"difference {result.difference_points:+.1f} points, paired 95% {fmt_interval(*result.interval)}")
+    console.print(f"right in {run_b} only ({len(result.gained)}): {', '.join(result.gained) or '-'}")
+    console.print(f"right in {run_a} only ({len(result.lost)}): {', '.join(result.lost) or '-'}")
+    if result.changed_items:
+        console.print(f"[yellow]not compared, item changed between the runs ({len(result.changed_items)}):[/yellow] "
+                      + ", ".join(result.changed_items))
+    for label, ids in ((f"only in run {run_a}", result.only_in_a), (f"only in run {run_b}", result.only_in_b)):
+        if ids:
+            console.print(f"{label} ({len(ids)}): {', '.join(ids)}")

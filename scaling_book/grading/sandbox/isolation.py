@@ -1,0 +1,261 @@
+"""Isolation back-ends: which one works here (``isolation_mode``), the bubblewrap command line, and the
+interpreter and uid a child runs as. See ``scaling_book.grading.sandbox`` for what each mode gives.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from scaling_book.grading.sandbox.protocol import RUNNER
+from scaling_book.paths import REPO_ROOT
+
+#: Bytes the work directory can hold under bwrap (it is a tmpfs of this size); in rlimit mode only
+#: ``RLIMIT_FSIZE`` bounds each file.
+WORKDIR_CAP_BYTES = 16 * 1024 * 1024
+
+_UID_BASE = 200_000  # per-run uids are drawn from [_UID_BASE, _UID_BASE + 2**24)
+
+
+# --------------------------------------------------------------------------------------------------
+# Mode detection and the command line
+# --------------------------------------------------------------------------------------------------
+
+_mode_lock = threading.Lock()
+_mode_cache: str | None = None
+
+
+def _base_python() -> str:
+    """The interpreter the child runs: the base interpreter of this one (no venv indirection)."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def _others_can_reach(path: str) -> bool:
+    """Whether a user other than the owner can traverse to and read ``path`` (every ancestor o+x)."""
+    p = Path(path).resolve()
+    for parent in [*reversed(p.parents)]:
+        try:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    try:
+        return bool(os.stat(p).st_mode & stat.S_IROTH)
+    except OSError:
+        return False
+
+
+def _top_unreachable_ancestor(path: str) -> str | None:
+    """The outermost ancestor directory of ``path`` that others cannot traverse, or None."""
+    p = Path(path).resolve()
+    for parent in [*reversed(p.parents)]:
+        try:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return str(parent)
+        except OSError:
+            return str(parent)
+    return None
+
+
+def _hidden_paths(prefix: str, drop_uid: bool, cwd: str, home: str, export: str) -> list[str]:
+    """Directories replaced by an empty tmpfs under bwrap: the project tree (where the seed and the
+    exported answer keys live), the grading process's working directory, ``$HOME``, an export folder
+    named by ``$SCALING_BOOK_EXPORT``, and (when the child drops to another uid) the outermost
+    directory on the interpreter's path that other users cannot traverse (e.g. ``/root``)."""
+    candidates = [str(REPO_ROOT), cwd, home, export]
+    if drop_uid:
+        candidates.append(_top_unreachable_ancestor(prefix) or "")
+    system = {"/", "/usr", "/bin", "/lib", "/lib64", "/lib32", "/sbin", "/etc", "/dev", "/proc", "/sys", "/tmp",
+              "/var", "/opt", "/usr/local", "/usr/lib", "/usr/bin"}
+    paths = []
+    for c in candidates:
+        if not c:
+            continue
+        try:
+            real = str(Path(c).resolve())
+        except OSError:
+            continue
+        if real in system or not os.path.isdir(real):
+            continue
+        paths.append(real)
+    # outermost first; drop paths nested in another hidden path
+    paths = sorted(set(paths), key=lambda p: len(Path(p).parts))
+    kept: list[str] = []
+    for p in paths:
+        if not any(Path(p).is_relative_to(k) for k in kept):
+            kept.append(p)
+    return kept
+
+
+def bwrap_command(workdir: str, python: str, drop_uid: bool, inputs_fd: int | None = None) -> list[str]:
+    """The bwrap command line for one run in ``workdir``. ``inputs_fd``: an open descriptor of the run's
+    ``inputs.py``, copied into the sandbox's work directory (the caller passes it to the child)."""
+    head, tail = _bwrap_parts(python, drop_uid, os.getcwd(), os.environ.get("HOME", ""),
+                              os.environ.get("SCALING_BOOK_EXPORT", ""))
+    if bwrap_has_size():
+        # A fresh tmpfs of WORKDIR_CAP_BYTES at the work directory's path, holding a copy of inputs.py:
+        # the child cannot fill the host's disk (RLIMIT_FSIZE bounds one file, not how many).
+        work = ["--size", str(WORKDIR_CAP_BYTES), "--perms", "0777", "--tmpfs", workdir]
+        if inputs_fd is not None:
+            work += ["--perms", "0644", "--file", str(inputs_fd), os.path.join(workdir, "inputs.py")]
+    else:  # bubblewrap < 0.7 cannot size a tmpfs: bind the host directory (bounded per file only)
+        work = ["--bind", workdir, workdir]
+    return [*head, *work, "--chdir", workdir, *tail]
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_has_size() -> bool:
+    """Whether this bubblewrap can cap a tmpfs's size (``--size``, bubblewrap 0.7 and later)."""
+    try:
+        r = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--size" in r.stdout + r.stderr
+
+
+#: System directories the child sees, read-only, under bwrap (symbolic links are recreated as links).
+#: Nothing else of the host's filesystem is mounted: not the project tree, not $HOME, not a copy of
+#: the answer key someone left in /srv or another checkout.
+_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache",
+                 "/nix/store")
+
+
+@functools.lru_cache(maxsize=16)
+def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) -> tuple[tuple, tuple]:
+    """The bwrap arguments before and after the work directory's mount (cached: they only depend on
+    the interpreter, the uid drop and the directories hidden from the child)."""
+    root = os.geteuid() == 0
+    cmd = [
+        shutil.which("bwrap") or "bwrap",
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
+    if not root:
+        cmd.append("--unshare-user")
+    # An allowlist, not "--ro-bind / /": system directories and the interpreter's prefix, read-only.
+    bound: list[str] = []
+    for path in _SYSTEM_PATHS:
+        if os.path.islink(path):
+            cmd += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            cmd += ["--ro-bind", path, path]
+            bound.append(path)
+    prefix = str(Path(python).resolve().parent.parent)
+    hidden = _hidden_paths(prefix, drop_uid, cwd, home, export)
+    in_prefix = [h for h in hidden if Path(h).is_relative_to(prefix)]
+
+    def empty_dir(path: str) -> list[str]:
+        # an empty tmpfs (made read-only at the end), on a traversable path
+        out = [arg for parent in reversed(Path(path).parents) if len(parent.parts) > 1
+               for arg in ("--perms", "0755", "--dir", str(parent))]
+        return out + ["--perms", "0755", "--tmpfs", path]
+
+    cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for h in hidden:
+        if h not in in_prefix:
+            cmd += empty_dir(h)
+    if not any(Path(prefix).is_relative_to(b) for b in bound):
+        # recreate the path to it with traversable directories (e.g. /root is 0700 on the host)
+        for parent in reversed(Path(prefix).parents):
+            if len(parent.parts) > 1:
+                cmd += ["--perms", "0755", "--dir", str(parent)]
+        cmd += ["--ro-bind", prefix, prefix]
+    for h in in_prefix:  # a package installed into the interpreter's own site-packages
+        cmd += ["--perms", "0755", "--tmpfs", h]
+    remount = ["/tmp", "/dev", *hidden]
+    tail = []
+    for path in remount:  # after the work directory's tmpfs is mounted inside /tmp
+        tail += ["--remount-ro", path]
+    tail += ["--remount-ro", "/"]
+    if root:
+        tail += ["--cap-drop", "ALL"]
+        if drop_uid:
+            tail += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    tail += ["--", python, "-I", "-S", "-c", RUNNER]
+    return tuple(cmd), tuple(tail)
+
+
+def _probe_bwrap() -> bool:
+    if not shutil.which("bwrap"):
+        return False
+    workdir = tempfile.mkdtemp(prefix="scaling-book-probe-")
+    try:
+        cmd = bwrap_command(workdir, _base_python(), drop_uid=False)
+        cmd = cmd[: cmd.index("--") + 1] + [_base_python(), "-I", "-S", "-c", "pass"]
+        r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=20)
+        return r.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def isolation_mode() -> str:
+    """``"bwrap"`` if bubblewrap is installed and works on this machine, else ``"rlimit"``.
+
+    Probed once per process. ``SCALING_BOOK_ISOLATION=rlimit`` forces the rlimit mode.
+    """
+    global _mode_cache
+    with _mode_lock:
+        if _mode_cache is None:
+            forced = os.environ.get("SCALING_BOOK_ISOLATION", "").strip().lower()
+            if forced == "rlimit":
+                _mode_cache = "rlimit"
+            else:
+                _mode_cache = "bwrap" if _probe_bwrap() else "rlimit"
+        return _mode_cache
+
+
+def _can_drop_to_fresh_uid(command: list[str]) -> bool:
+    """Whether a root caller can run ``command`` under a fresh unprivileged uid here (not so in some
+    containers, whose root cannot set arbitrary uids, nor for an interpreter under ``/root``)."""
+    uid = fresh_uid()
+    try:
+        r = subprocess.run(command, user=uid, group=uid, extra_groups=[],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=20, cwd="/")
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
+
+
+@functools.lru_cache(maxsize=8)
+def child_python(mode: str, root: bool) -> tuple[str, bool]:
+    """(interpreter, drop_uid). As root, the child drops to a fresh uid when it can still run."""
+    python = _base_python()
+    if not root:
+        return python, False
+    if mode == "bwrap":
+        # bwrap re-exposes an unreachable interpreter prefix; only the uid change itself is probed
+        return python, _can_drop_to_fresh_uid([shutil.which("true") or "/bin/true"])
+    if _others_can_reach(python) and _can_drop_to_fresh_uid([python, "-I", "-S", "-c", "pass"]):
+        return python, True
+    # rlimit mode as root with an interpreter others cannot reach (e.g. under /root): prefer a
+    # system interpreter of the same version, so the child can still drop privileges.
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for directory in ("/usr/local/bin", "/usr/bin", "/bin"):
+        candidate = os.path.join(directory, version)
+        if (os.path.isfile(candidate) and _others_can_reach(candidate)
+                and _can_drop_to_fresh_uid([candidate, "-I", "-S", "-c", "pass"])):
+            return candidate, True
+    return python, False
+
+
+def fresh_uid() -> int:
+    """A uid for one run, drawn at random from 2**24 unused ids (no passwd entry needed)."""
+    return _UID_BASE + secrets.randbelow(2**24)
