@@ -46,3 +46,27 @@ def exported_rows(built) -> list[dict]:
     from scaling_book.content.export import load_config
 
     return list(load_config(built["export_dir"], "all"))
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL server for the whole session (see tests/postgres_server.py).
+
+    Skips only where no server binaries exist; on the project's machines and in CI they do.
+    """
+    from postgres_server import PostgresServer, server_bin_dir
+
+    bin_dir = server_bin_dir()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install postgresql-15 to run this test")
+    server = PostgresServer(bin_dir).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path: Path) -> str:
+    """URL of an empty, unmigrated store on each back-end: a SQLite file, a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite'}"
+    return request.getfixturevalue("postgres_server").new_database()

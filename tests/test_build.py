@@ -89,3 +89,12 @@ def test_failed_build_keeps_the_previous_store_content(built, tmp_path: Path) ->
     database = sqlite3.connect(db_copy)
     assert database.execute("SELECT count(*) FROM items").fetchone() == (117,)
     database.close()
+
+
+def test_build_on_postgresql_exports_the_same_bytes_as_on_sqlite(built, postgres_server, tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    url = postgres_server.new_database()
+    monkeypatch.setenv("SCALING_BOOK_DB", url)   # as a user would: SCALING_BOOK_DB=postgresql+psycopg://...
+    result = CliRunner().invoke(app, ["build", "--export-dir", str(tmp_path / "pg-export")])
+    assert result.exit_code == 0, result.output
+    assert _files(tmp_path / "pg-export") == _files(built["export_dir"])

@@ -1,14 +1,14 @@
 """Run history integrity: a run is complete only when every rollout is written, unfinished and failed
 runs stay out of the views, two writers on one SQLite file both land, and rescore/compare refuse to
-mix item versions silently."""
+mix item versions silently. Every test runs on SQLite and on a throwaway PostgreSQL server."""
 
 from __future__ import annotations
 
 import multiprocessing
-import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from scaling_book.runs.compare import compare_runs
 from scaling_book.runs.recording import RolloutOutcome, finish_run, start_run
@@ -29,12 +29,26 @@ def _start(factory, **overrides) -> int:
     return start_run(factory, **fields)
 
 
+@pytest.fixture
+def db_url(store_url: str) -> str:
+    """A fresh store migrated to head, on SQLite and on PostgreSQL."""
+    upgrade_to_head(store_url)
+    return store_url
+
+
+def _sql(db_url: str, statement: str, **params) -> list[tuple]:
+    """Rows of one SQL statement, run and committed on its own connection."""
+    engine = make_engine(db_url)
+    with engine.begin() as connection:
+        result = connection.execute(text(statement), params)
+        rows = [tuple(r) for r in result] if result.returns_rows else []
+    engine.dispose()
+    return rows
+
+
 def _views(db_url: str) -> dict[str, int]:
-    database = sqlite3.connect(db_url.removeprefix("sqlite:///"))
-    counts = {view: database.execute(f"SELECT count(*) FROM {view}").fetchone()[0]
-              for view in ("item_history", "grader_accuracy", "transfer_gap")}
-    database.close()
-    return counts
+    return {view: _sql(db_url, f"SELECT count(*) FROM {view}")[0][0]
+            for view in ("item_history", "grader_accuracy", "transfer_gap")}
 
 
 def test_complete_run_appears_in_item_history(db_url, session_factory) -> None:
@@ -46,9 +60,7 @@ def test_complete_run_appears_in_item_history(db_url, session_factory) -> None:
 
 def test_unfinished_run_is_never_complete_and_stays_out_of_views(db_url, session_factory) -> None:
     run_id = _start(session_factory)   # the process "dies" here: finish_run never runs
-    database = sqlite3.connect(db_url.removeprefix("sqlite:///"))
-    assert database.execute("SELECT status FROM eval_runs WHERE id = ?", (run_id,)).fetchone() == ("running",)
-    database.close()
+    assert _sql(db_url, "SELECT status FROM eval_runs WHERE id = :id", id=run_id) == [("running",)]
     assert _views(db_url)["item_history"] == 0
 
 
@@ -62,12 +74,10 @@ def test_one_errored_rollout_fails_the_run(db_url, session_factory) -> None:
 def test_rollouts_are_written_all_or_nothing(db_url, session_factory) -> None:
     run_id = _start(session_factory)
     rows = [_row("ch01-item-0", 1.0), _row("ch01-item-0", 1.0)]   # same (item, rollout index) twice
-    with pytest.raises(Exception, match="UNIQUE"):
+    with pytest.raises(Exception, match="UNIQUE|uq_rollout_results_run_item_rollout"):
         finish_run(session_factory, run_id, rows, VERSIONS)
-    database = sqlite3.connect(db_url.removeprefix("sqlite:///"))
-    assert database.execute("SELECT count(*) FROM rollout_results").fetchone() == (0,)
-    assert database.execute("SELECT status FROM eval_runs").fetchone() == ("running",)
-    database.close()
+    assert _sql(db_url, "SELECT count(*) FROM rollout_results") == [(0,)]
+    assert _sql(db_url, "SELECT status FROM eval_runs") == [("running",)]
 
 
 def _write_one_run(db_url: str, model: str, barrier) -> None:
@@ -80,7 +90,7 @@ def _write_one_run(db_url: str, model: str, barrier) -> None:
     engine.dispose()
 
 
-def test_two_writers_on_one_sqlite_file_both_land(db_url) -> None:
+def test_two_writers_in_two_processes_both_land(db_url) -> None:
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(2)
     workers = [context.Process(target=_write_one_run, args=(db_url, model, barrier)) for model in ("a", "b")]
@@ -89,11 +99,8 @@ def test_two_writers_on_one_sqlite_file_both_land(db_url) -> None:
     for worker in workers:
         worker.join(timeout=120)
         assert worker.exitcode == 0
-    database = sqlite3.connect(db_url.removeprefix("sqlite:///"))
-    assert sorted(database.execute("SELECT model, status FROM eval_runs").fetchall()) == [
-        ("a", "complete"), ("b", "complete")]
-    assert database.execute("SELECT count(*) FROM rollout_results").fetchone() == (2 * 40 * 5,)
-    database.close()
+    assert sorted(_sql(db_url, "SELECT model, status FROM eval_runs")) == [("a", "complete"), ("b", "complete")]
+    assert _sql(db_url, "SELECT count(*) FROM rollout_results") == [(2 * 40 * 5,)]
 
 
 def test_compare_sets_aside_items_whose_content_changed(session_factory) -> None:
@@ -118,14 +125,12 @@ def test_migrations_keep_history_rows_across_a_rerun(db_url, session_factory) ->
     assert _views(db_url)["item_history"] == 1
 
 
-def test_rescore_regrades_stored_responses_into_a_new_run(built, tmp_path: Path) -> None:
+def test_rescore_regrades_stored_responses_into_a_new_run(built, db_url: str) -> None:
     from scaling_book.content.export import load_config
     from scaling_book.grading import GRADER_VERSION
     from scaling_book.runs.rescore import RescoreError, rescore_run
     from scaling_book.runs.runner import item_versions
 
-    db_url = f"sqlite:///{tmp_path / 'rescore.sqlite'}"
-    upgrade_to_head(db_url)
     engine = make_engine(db_url)
     factory = make_session_factory(engine)
     rows = [r for r in load_config(built["export_dir"], "qa") if r["info"]["grader"] == "numeric"][:3]
@@ -143,16 +148,13 @@ def test_rescore_regrades_stored_responses_into_a_new_run(built, tmp_path: Path)
     finish_run(factory, run_id, stored, item_versions(built["export_dir"], "qa"))
     result = rescore_run(run_id, built["export_dir"], db_url=db_url)
     assert result.status == "complete" and result.changed_exact == 1
-    database = sqlite3.connect(db_url.removeprefix("sqlite:///"))
-    assert database.execute("SELECT rescored_from_run_id, grader_version FROM eval_runs WHERE id = ?",
-                            (result.new_run_id,)).fetchone() == (run_id, GRADER_VERSION)
-    assert database.execute("SELECT item_id, exact, correctness FROM rollout_results WHERE run_id = ? ORDER BY item_id",
-                            (result.new_run_id,)).fetchall() == sorted([(rows[0]["id"], 1, 1.0), (rows[1]["id"], 0, 0.0)])
+    assert _sql(db_url, "SELECT rescored_from_run_id, grader_version FROM eval_runs WHERE id = :id",
+                id=result.new_run_id) == [(run_id, GRADER_VERSION)]
+    assert _sql(db_url, "SELECT item_id, exact, correctness FROM rollout_results WHERE run_id = :id ORDER BY item_id",
+                id=result.new_run_id) == sorted([(rows[0]["id"], 1, 1.0), (rows[1]["id"], 0, 0.0)])
     # An item edited since the run: the rescore refuses and names it.
-    database.execute("UPDATE rollout_results SET item_content_hash = 'old-version' WHERE run_id = ? AND item_id = ?",
-                     (run_id, rows[1]["id"]))
-    database.commit()
-    database.close()
+    _sql(db_url, "UPDATE rollout_results SET item_content_hash = 'old-version' WHERE run_id = :id AND item_id = :item",
+         id=run_id, item=rows[1]["id"])
     with pytest.raises(RescoreError, match=rows[1]["id"]):
         rescore_run(run_id, built["export_dir"], db_url=db_url)
     engine.dispose()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 from alembic import command
@@ -12,13 +11,14 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from scaling_book.store import make_engine
+from scaling_book.store import make_engine, upgrade_to_head
 from scaling_book.store.migrate import alembic_config
 from scaling_book.store.models import Base, Item, McqAnswer, McqChoice, NumericTarget
 
 
-def test_migrated_schema_equals_models(db_url: str) -> None:
-    engine = make_engine(db_url)
+def test_migrated_schema_equals_models(store_url: str) -> None:
+    upgrade_to_head(store_url)
+    engine = make_engine(store_url)
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
         diff = compare_metadata(context, Base.metadata)
@@ -26,8 +26,8 @@ def test_migrated_schema_equals_models(db_url: str) -> None:
     assert diff == []
 
 
-def test_upgrade_then_downgrade_base_leaves_no_tables(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'roundtrip.sqlite'}"
+def test_upgrade_then_downgrade_base_leaves_no_tables(store_url: str) -> None:
+    url = store_url
     config = alembic_config(url)
     command.upgrade(config, "head")
     engine = make_engine(url)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sqlite3
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from fake_openai import FakeOpenAI, Oracle, Wrong, read_export_rows
+from sqlalchemy import text
 from typer.testing import CliRunner
 
 from scaling_book.cli import app
@@ -108,7 +108,8 @@ def test_failed_rollout_marks_the_check_failed_and_keeps_it_out_of_history(built
     engine.dispose()
 
 
-def test_degrading_checkpoints_widen_the_gap_in_history_and_plot(built, rows, tmp_db, monkeypatch, tmp_path) -> None:
+def test_degrading_checkpoints_widen_the_gap_in_history_and_plot(built, rows, store_url, monkeypatch, tmp_path) -> None:
+    tmp_db = store_url   # on SQLite and on a throwaway PostgreSQL server
     forgotten = {100: 0.0, 200: 0.35, 300: 0.7}   # share of held-out items each checkpoint gets wrong
     run_ids = {}
     for step, share in forgotten.items():
@@ -138,19 +139,22 @@ def test_degrading_checkpoints_widen_the_gap_in_history_and_plot(built, rows, tm
 
     # The README's three SQL queries, taken from the README itself and run against this store.
     gap_sql, flipped_sql, grader_sql = readme_queries()
-    database = sqlite3.connect(tmp_db.removeprefix("sqlite:///"))
-    gap_rows = database.execute(gap_sql).fetchall()
+    engine = make_engine(tmp_db)
+    database = engine.connect()
+    gap_rows = database.execute(text(gap_sql)).all()
     assert [row[0] for row in gap_rows] == [100, 200, 300]
-    assert [row[4] for row in gap_rows] == pytest.approx([round(g, 1) for g in gaps])
-    flipped = database.execute(flipped_sql).fetchall()   # right at step 100, wrong at step 200
+    # PostgreSQL's round gives a NUMERIC (a Decimal in Python), SQLite's a double.
+    assert [float(row[4]) for row in gap_rows] == pytest.approx([round(g, 1) for g in gaps])
+    flipped = database.execute(text(flipped_sql)).all()   # right at step 100, wrong at step 200
     heldout_ids = [r["id"] for r in rows if r["info"]["split"] == "heldout"]
     assert sorted(item for item, *_ in flipped) == sorted(
         i for i in heldout_ids if 0.0 <= _fraction_rank(i) < forgotten[200])
-    per_grader = database.execute(grader_sql).fetchall()
+    per_grader = database.execute(text(grader_sql)).all()
     assert {(step, split) for step, split, *_ in per_grader} == {(s, h) for s in forgotten for h in ("train", "heldout")}
     assert all(acc == 100.0 for step, split, _, _, acc in per_grader if split == "train")
     assert len(per_grader) == len({(step, split, grader) for step, split, grader, *_ in per_grader})
     database.close()
+    engine.dispose()
 
 
 def readme_queries() -> list[str]:

@@ -11,9 +11,10 @@ Create Date: 2026-11-29 08:14:38.527268
 
 from __future__ import annotations
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
+from scaling_book.store.migration_helpers import refuse_data_loss
 
 revision = '0001'
 down_revision = None
@@ -209,6 +210,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Items are rebuilt from seed/ by `scaling-book build`; run history exists nowhere else.
+    refuse_data_loss(revision, ["transfer_checks", "eval_runs", "rollout_results"])
     with op.batch_alter_table('rollout_results', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_rollout_results_run_id'))
         batch_op.drop_index(batch_op.f('ix_rollout_results_item_id'))

@@ -7,6 +7,10 @@ finished, and every run of a failed transfer check, are left out. `item_history`
 transfer-check runs, standalone evals or rescored runs. Views hold no data, so dropping
 them on downgrade loses nothing.
 
+Portable SQL (SQLite and PostgreSQL): every selected column is grouped on, and averages of integer
+columns are taken over doubles. (The first version of this file grouped by fewer columns than it
+selected, which PostgreSQL refuses; SQLite stores created with it get the portable views from 0003.)
+
 Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-29
@@ -40,16 +44,18 @@ VIEWS = {
     "item_history": f"""
         SELECT r.id AS run_id, r.model, r.checkpoint, r.step, r.config, r.transfer_check_id,
                r.rescored_from_run_id, x.item_id, x.grader, x.split, x.item_content_hash,
-               AVG(x.exact) AS mean_exact, AVG(x.correctness) AS mean_correctness, COUNT(*) AS rollouts
+               AVG(CAST(x.exact AS DOUBLE PRECISION)) AS mean_exact, AVG(x.correctness) AS mean_correctness,
+               COUNT(*) AS rollouts
         FROM ({COMPLETE_RUNS}) AS r
         JOIN rollout_results AS x ON x.run_id = r.id
-        GROUP BY r.id, x.item_id
+        GROUP BY r.id, r.model, r.checkpoint, r.step, r.config, r.transfer_check_id, r.rescored_from_run_id,
+                 x.item_id, x.grader, x.split, x.item_content_hash
     """,
     "grader_accuracy": """
         SELECT run_id, model, checkpoint, step, config, transfer_check_id, rescored_from_run_id, split, grader,
                COUNT(*) AS items, AVG(mean_exact) AS accuracy
         FROM item_history
-        GROUP BY run_id, split, grader
+        GROUP BY run_id, model, checkpoint, step, config, transfer_check_id, rescored_from_run_id, split, grader
     """,
 }
 

@@ -69,6 +69,36 @@ def make_engine(url: str | None = None) -> Engine:
     return create_engine(url)
 
 
+def _on_sqlite_migration_connect(dbapi_connection, _record) -> None:
+    # Our own BEGIN (below) instead of the driver's, which starts a transaction only before DML:
+    # then a migration's DDL is inside the transaction too and a failed rebuild rolls back whole.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    # Off while tables are copied, dropped and renamed (dropping a parent would cascade to its
+    # children); migrations/env.py runs `PRAGMA foreign_key_check` before committing.
+    cursor.execute("PRAGMA foreign_keys=OFF")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+    cursor.close()
+
+
+def make_migration_engine(url: str | None = None) -> Engine:
+    """An engine for running migrations at `url`.
+
+    On SQLite, unlike `make_engine`: every transaction is a real one that includes DDL (so a failed
+    migration leaves nothing behind) and foreign keys are not enforced while it runs; the caller
+    checks them with `PRAGMA foreign_key_check` before committing. Other back-ends: as `make_engine`.
+    """
+    url = resolve_db_url(url)
+    if make_url(url).get_backend_name() != "sqlite":
+        return make_engine(url)
+    engine = make_engine(url)
+    event.remove(engine, "connect", _on_sqlite_connect)
+    event.listen(engine, "connect", _on_sqlite_migration_connect)
+    event.listen(engine, "begin", lambda connection: connection.exec_driver_sql("BEGIN"))
+    return engine
+
+
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     """A session factory bound to `engine` (objects stay usable after commit)."""
     return sessionmaker(engine, expire_on_commit=False)
