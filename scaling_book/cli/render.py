@@ -60,6 +60,19 @@ def print_build_report(console: Console, report: Any, elapsed_s: float) -> None:
         nonzero = {k: v for k, v in gate.baselines.items() if v[0] > 0}
         console.print(f"baselines: {len(gate.baselines)} code items measured, {len(nonzero)} with a constant "
                       f"passing some tests (max {max((v[0] for v in gate.baselines.values()), default=0):.2f})")
+    stated = Table(title="Method stated in the question (rate per half and grader)", title_justify="left")
+    graders = list(report.method_stated.get("train", {}))
+    stated.add_column("half")
+    for grader in graders:
+        stated.add_column(grader)
+    for split, row in report.method_stated.items():
+        stated.add_row(split, *(f"{k}/{n} ({k / n:.0%})" if n else "-" for k, n in (row[g] for g in graders)))
+    console.print(stated)
+    wrong = report.wrong_hardware
+    if wrong is not None:
+        console.print(f"wrong-hardware check: passed, {wrong.items_checked} numeric items re-evaluated with other "
+                      f"chips' constants ({wrong.variants_evaluated} variants); {len(wrong.train_coincidences)} "
+                      f"train coincidences with GPU constants that no held-out item asks")
     if report.errata:
         console.print(f"errata recorded: {len(report.errata)} items ({', '.join(i for i, _ in report.errata)})")
     console.print(f"export: {report.export_dir if report.export_dir else 'skipped (--no-export)'}")

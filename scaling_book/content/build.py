@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from scaling_book.content.export import CONFIGS, config_members, export
-from scaling_book.content.gate import GateReport, run_gate
-from scaling_book.content.loader import load_seed
+from scaling_book.content.gate import GateError, GateReport, run_gate
+from scaling_book.content.loader import load_derive, load_hardware, load_seed
 from scaling_book.content.specs import ItemSpec, SeedError, SeedIssue
+from scaling_book.content.wrong_hardware import WrongHardwareReport, check_wrong_hardware
 from scaling_book.paths import SEED_DIR
 from scaling_book.store import (
     make_engine,
@@ -43,6 +44,21 @@ class BuildReport:
     gate: GateReport
     manifest: dict[str, Any] = field(default_factory=dict)
     errata: list[tuple[str, str]] = field(default_factory=list)
+    method_stated: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    wrong_hardware: WrongHardwareReport | None = None
+
+
+def method_stated_rates(specs: list[ItemSpec]) -> dict[str, dict[str, tuple[int, int]]]:
+    """{split: {grader or "all": (items with method_stated, items)}}, splits "train" and "heldout"."""
+    table: dict[str, dict[str, tuple[int, int]]] = {}
+    for split in ("train", "heldout"):
+        mine = [s for s in specs if s.split == split]
+        row = {"all": (sum(s.method_stated for s in mine), len(mine))}
+        for grader in sorted({s.grader for s in specs}):
+            of_grader = [s for s in mine if s.grader == grader]
+            row[grader] = (sum(s.method_stated for s in of_grader), len(of_grader))
+        table[split] = row
+    return table
 
 
 def summarize(specs: list[ItemSpec]) -> tuple[dict[int, int], dict[str, int], dict[str, int], dict[str, int]]:
@@ -67,6 +83,11 @@ def build(
     upgrade_to_head(url)
     say(f"loading {seed_dir}")
     specs = load_seed(seed_dir)
+    say("checking that every numeric target tells its hardware from the other chips")
+    wrong_hardware = check_wrong_hardware(specs, load_hardware(seed_dir / "hardware.toml"),
+                                          load_derive(seed_dir / "derive.py"))
+    if wrong_hardware.failures:
+        raise GateError(wrong_hardware.failures)
     engine = make_engine(url)
     try:
         with make_session_factory(engine)() as session, session.begin():
@@ -88,4 +109,5 @@ def build(
         db_url=url, export_dir=export_dir, items=len(specs), by_chapter=by_chapter, by_grader=by_grader,
         by_provenance=by_provenance, by_config=by_config, gate=gate, manifest=manifest,
         errata=[(s.id, s.book_value) for s in specs if s.book_value is not None],
+        method_stated=method_stated_rates(specs), wrong_hardware=wrong_hardware,
     )

@@ -40,7 +40,7 @@ MIN_TESTS_PER_CODE_ITEM = 3
 MIN_NONDEGENERATE_TESTS = 2
 
 COMMON_FIELDS = {"id", "section", "provenance", "grader", "question", "given", "book_value", "erratum",
-                 "counterpart", "notes"}
+                 "counterpart", "notes", "method_stated"}
 GRADER_FIELDS: dict[str, set[str]] = {
     "numeric": {"target", "tolerance", "unit"},
     "numeric_multi": {"targets", "tolerance", "units"},
@@ -194,6 +194,10 @@ class _ItemReader:
             erratum=self.text("erratum", required=False),
             counterpart=self.text("counterpart", required=False),
         )
+        method_stated = raw.get("method_stated")
+        if not isinstance(method_stated, bool):
+            self.issue("method_stated", f"must be true or false (does the question give the formula?), got {method_stated!r}")
+        spec.method_stated = method_stated is True
         if "book_value" in raw:
             spec.book_value = json.dumps(raw["book_value"]) if not isinstance(raw["book_value"], str) else raw["book_value"]
             if spec.erratum is None:
@@ -206,6 +210,7 @@ class _ItemReader:
         if not isinstance(given, dict):
             self.issue("given", "must be a table of name = value")
         else:
+            spec.given_expressions = dict(given)
             for name, expression in given.items():
                 value = self.evaluate(expression, f"given.{name}")
                 if value is not None:

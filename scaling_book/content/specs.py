@@ -67,6 +67,8 @@ class ItemSpec:
     book_value: str | None = None
     erratum: str | None = None
     counterpart: str | None = None
+    method_stated: bool = False
+    given_expressions: dict[str, Any] = field(default_factory=dict)
     targets: list[float] = field(default_factory=list)
     target_expressions: list[str] = field(default_factory=list)
     units: list[str] = field(default_factory=list)

@@ -30,11 +30,11 @@ def critical_tokens_per_gpu_hierarchical(flops_per_s, gpu_egress, node_egress, g
     return sparsity * flops_per_s * max(seconds_per_byte_node, seconds_per_byte_out)
 
 
-def expected_ragged_a2a_seconds(array_bytes, num_gpus, experts_per_token, gpu_egress):
-    """Dense per-GPU cost B/(W*N), thinned by the chance a shard receives at least one of k draws."""
-    miss = (num_gpus - 1) / num_gpus
-    hit_fraction = 1.0 - miss ** experts_per_token
-    return array_bytes / (gpu_egress * num_gpus) * miss * hit_fraction
+def tp_degree_where_nvlink_catches_hbm(d_ff, batch_size, bytes_per_weight, hbm_bytes_per_s, nvlink_bytes_per_s):
+    """Per-GPU seconds per unit of D: weight shard bytes_per_weight*F/Y over HBM vs 2*B over NVLink."""
+    nvlink_seconds_per_d = 2.0 * batch_size / nvlink_bytes_per_s
+    hbm_seconds_per_d_times_y = bytes_per_weight * d_ff / hbm_bytes_per_s
+    return hbm_seconds_per_d_times_y / nvlink_seconds_per_d
 
 
 def pipeline_transfer_seconds(batch_tokens, d_model, bandwidth, num_microbatches, num_stages):
