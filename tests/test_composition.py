@@ -96,3 +96,11 @@ def test_every_numeric_target_is_an_expression_or_given(items) -> None:
             if re.fullmatch(r"[-+]?[\d.]+(e[-+]?\d+)?", expression.strip()):
                 assert str(expression) in item.question or json.dumps(value) in item.question, \
                     f"{item.id}: target {expression} typed as a literal"
+
+
+def test_method_stated_rates_of_the_two_halves_are_within_10_points(items) -> None:
+    """A held-out half that gives the formula away more often than the train half would flatter the gap."""
+    rate = {split: sum(i.method_stated for i in items if i.split == split) / sum(i.split == split for i in items)
+            for split in ("train", "heldout")}
+    assert abs(rate["train"] - rate["heldout"]) <= 0.10, rate
+

@@ -18,6 +18,7 @@ id = "ch01-intensity"
 section = "Matrix multiplication"
 provenance = "book_stated_fact"
 grader = "numeric"
+method_stated = false
 question = "What is the critical intensity? Give FLOPs/byte."
 target = "tpu_v5e.bf16_flops_per_s / tpu_v5e.hbm_bytes_per_s_as_in_ch1"
 tolerance = 0.02
@@ -84,6 +85,7 @@ id = "ch01-which"
 section = "Matrix multiplication"
 provenance = "book_stated_fact"
 grader = "mcq"
+method_stated = false
 question = "Which?"
 choices = { A = "one", B = "two" }
 answer = "C"
@@ -118,6 +120,7 @@ id = "ch01-code"
 section = "Matrix multiplication"
 provenance = "book_stated_fact"
 grader = "code"
+method_stated = false
 question = "Write it."
 function = "f"
 signature = "def f(x: float) -> float:"
@@ -137,3 +140,13 @@ def test_heldout_item_needs_a_train_counterpart(seed: Path) -> None:
     _write(seed, GOOD_NUMERIC.replace("ch01-", "ch12-"), name="ch12_gpus.toml", chapter=12)
     messages = _issues(seed)
     assert any(m.startswith("ch12_gpus.toml, item ch12-intensity, field counterpart:") for m in messages)
+
+
+def test_method_stated_is_required_and_boolean(seed: Path) -> None:
+    _write(seed, GOOD_NUMERIC.replace("method_stated = false\n", ""))
+    assert any(m.startswith("ch01_roofline.toml, item ch01-intensity, field method_stated:") for m in _issues(seed))
+    _write(seed, GOOD_NUMERIC.replace("method_stated = false", 'method_stated = "no"'))
+    assert any("field method_stated" in m for m in _issues(seed))
+    _write(seed, GOOD_NUMERIC.replace("method_stated = false", "method_stated = true"))
+    [item] = load_seed(seed)
+    assert item.method_stated is True
