@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from scaling_book.paths import SEED_DIR
-from scaling_book.seed_loader import load_derive, load_hardware, load_seed
-from scaling_book.wrong_hardware import check_wrong_hardware
+from scaling_book.content.loader import load_derive, load_hardware, load_seed
+from scaling_book.content.wrong_hardware import check_wrong_hardware
 
 TRAIN_ITEM = '''chapter = 5
 
