@@ -66,8 +66,10 @@ class ScalingBookTasksetConfig(vf.TasksetConfig):
     `eval_fraction`; `train` the others."""
     code_timeout: float = Field(20.0, gt=0)
     """Wall-clock seconds a submitted implementation may run, all test cases together."""
-    allow_code_execution: bool = True
-    """Run submitted code (in a throwaway subprocess). False: implementation tasks score 0."""
+    allow_code_execution: bool | Literal["unisolated"] = True
+    """Run submitted code (in a throwaway subprocess). True: only isolated (bwrap); without working
+    isolation implementation tasks score 0 ("no isolation available"). "unisolated": also run it
+    without isolation (rlimit fallback). False: implementation tasks score 0."""
     export_dir: Path | None = None
     """The export folder; unset means `$SCALING_BOOK_EXPORT`, else `<repo>/build/export`."""
 
@@ -77,8 +79,8 @@ class ScalingBookTaskConfig(vf.TaskConfig):
 
     code_timeout: float = Field(20.0, gt=0)
     """Wall-clock seconds a submitted implementation may run."""
-    allow_code_execution: bool = True
-    """Whether implementation tasks execute submitted code."""
+    allow_code_execution: bool | Literal["unisolated"] = True
+    """Whether implementation tasks execute submitted code (see the taskset config)."""
 
 
 class ScalingBookData(vf.TaskData):

@@ -21,7 +21,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaling_book.grading.sandbox import CallError, run_function
+from scaling_book.grading.sandbox import (
+    NO_ISOLATION_MESSAGE,
+    UNISOLATED_MESSAGE,
+    CallError,
+    announce_once,
+    execution_isolation,
+    run_function,
+)
 
 __all__ = [
     "KNOWLEDGE_FREE_CONSTANTS",
@@ -154,9 +161,14 @@ def rescale(fraction: float, baseline: float) -> float:
     return min(1.0, max(0.0, (fraction - baseline) / (1.0 - baseline)))
 
 
-def grade_code(info: Mapping[str, Any], code: str | None, *, allow_code_execution: bool,
+def grade_code(info: Mapping[str, Any], code: str | None, *, allow_code_execution: bool | str,
                code_timeout_s: float):
-    """Grade extracted ``code`` for a code item. Returns (correctness, exact, reason)."""
+    """Grade extracted ``code`` for a code item. Returns (correctness, exact, reason).
+
+    ``allow_code_execution``: False scores 0 without running anything; True runs the submission only
+    under isolation (bwrap), else scores 0 with reason "no isolation available"; ``"unisolated"``
+    also runs it in the rlimit fallback (see ``scaling_book.grading.sandbox``).
+    """
     function = str(info.get("code_function") or "")
     compare = str(info.get("code_compare") or "")
     tolerance = info.get("tolerance")
@@ -170,7 +182,14 @@ def grade_code(info: Mapping[str, Any], code: str | None, *, allow_code_executio
         return 0.0, False, f"submission is {len(code)} characters; the limit is {MAX_SOURCE_CHARS}"
     if not allow_code_execution:
         return 0.0, False, "code execution disabled (allow_code_execution=False): scored 0, nothing run"
-    result = run_function(code, function, [t["args"] for t in tests], code_timeout_s)
+    mode = execution_isolation(allow_code_execution)
+    if mode is None:
+        announce_once("no-isolation", NO_ISOLATION_MESSAGE)
+        return 0.0, False, ("no isolation available (bubblewrap does not work here); scored 0, nothing run. "
+                            "Opt in to unisolated execution with allow_code_execution='unisolated'")
+    if mode != "bwrap":
+        announce_once("unisolated", UNISOLATED_MESSAGE)
+    result = run_function(code, function, [t["args"] for t in tests], code_timeout_s, mode=mode)
     if result.status != "ok":
         return 0.0, False, f"sandbox {result.status} ({result.mode}): {result.detail}"
     passes = test_passes(result.values, tests, compare, tolerance)

@@ -46,7 +46,7 @@ def heldout_flag(rollout: RolloutResult) -> float:
 
 
 def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_timeout_s: float = 20.0,
-                allow_code_execution: bool = True,
+                allow_code_execution: bool | str = True,
                 on_progress: Callable[[int, int], None] | None = None) -> RescoreResult:
     """Re-grade run `run_id`'s stored responses into a new run; return what changed.
 
@@ -55,6 +55,7 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
     export's rows do not match its manifest.
     """
     from scaling_book.grading import GRADER_VERSION, grade
+    from scaling_book.grading.sandbox import isolation_label
 
     upgrade_to_head(db_url)
     engine = make_engine(db_url)
@@ -77,7 +78,7 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
             factory, model=source.model, config=source.config, rollouts_per_item=source.rollouts_per_item,
             sampling={"rescored_from_run_id": run_id}, dataset_hash=digest,
             grader_version=GRADER_VERSION, checkpoint=source.checkpoint, step=source.step,
-            rescored_from_run_id=run_id,
+            rescored_from_run_id=run_id, isolation=isolation_label(allow_code_execution),
         )
         rows, flips = [], 0
         for done, old in enumerate(rollouts, start=1):

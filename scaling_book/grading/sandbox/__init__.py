@@ -48,9 +48,26 @@ Isolation modes (``isolation_mode()``):
   and ``/dev/shm`` is deleted after the run.
 
 Set ``SCALING_BOOK_ISOLATION=rlimit`` to force the rlimit mode.
+
+Fail closed: ``run_function`` runs in whatever mode it is given; the policy is the grader's
+(``execution_isolation``): without a working bwrap, code submissions do not run unless the caller opted
+in (``allow_code_execution="unisolated"``, ``--allow-unisolated-code`` or ``SCALING_BOOK_ISOLATION=rlimit``),
+and each process says so once on stderr (``announce_once``).
 """
 
-from scaling_book.grading.sandbox.isolation import WORKDIR_CAP_BYTES, BwrapBinary, bwrap_binary, isolation_mode
+from scaling_book.grading.sandbox.isolation import (
+    NO_ISOLATION_MESSAGE,
+    UNISOLATED,
+    UNISOLATED_MESSAGE,
+    WORKDIR_CAP_BYTES,
+    BwrapBinary,
+    announce_once,
+    bwrap_binary,
+    execution_isolation,
+    isolation_label,
+    isolation_mode,
+    unisolated_opt_in,
+)
 from scaling_book.grading.sandbox.process import (
     LIMITS,
     STDERR_KEEP_BYTES,
@@ -60,6 +77,13 @@ from scaling_book.grading.sandbox.process import (
 from scaling_book.grading.sandbox.protocol import CallError, SandboxResult
 
 __all__ = [
+    "NO_ISOLATION_MESSAGE",
+    "UNISOLATED",
+    "UNISOLATED_MESSAGE",
+    "announce_once",
+    "execution_isolation",
+    "isolation_label",
+    "unisolated_opt_in",
     "BwrapBinary",
     "bwrap_binary",
     "CallError",

@@ -314,3 +314,73 @@ def child_python(mode: str, root: bool) -> tuple[str, bool]:
 def fresh_uid() -> int:
     """A uid for one run, drawn at random from 2**24 unused ids (no passwd entry needed)."""
     return _UID_BASE + secrets.randbelow(2**24)
+
+
+# --------------------------------------------------------------------------------------------------
+# Policy: fail closed without isolation
+# --------------------------------------------------------------------------------------------------
+
+#: The value of ``allow_code_execution`` (taskset config) that opts in to running code without isolation.
+UNISOLATED = "unisolated"
+
+_announced: set[str] = set()
+_announce_lock = threading.Lock()
+
+
+def unisolated_opt_in(allow_code_execution: bool | str = True) -> bool:
+    """Whether the caller opted in to running submissions without isolation: ``allow_code_execution
+    == "unisolated"`` or ``SCALING_BOOK_ISOLATION=rlimit`` in the environment."""
+    forced = os.environ.get("SCALING_BOOK_ISOLATION", "").strip().lower() == "rlimit"
+    return allow_code_execution == UNISOLATED or forced
+
+
+def execution_isolation(allow_code_execution: bool | str = True) -> str | None:
+    """The isolation code submissions get under this setting, or None when they must not run.
+
+    ``"bwrap"`` when bubblewrap works here; ``"rlimit"`` when it does not (or is forced off) and the
+    caller opted in (see ``unisolated_opt_in``); None when execution is disabled or no isolation is
+    available without an opt-in (code items then score 0).
+    """
+    if allow_code_execution is False:
+        return None
+    mode = isolation_mode()
+    if mode == "bwrap":
+        return mode
+    return mode if unisolated_opt_in(allow_code_execution) else None
+
+
+def isolation_label(allow_code_execution: bool | str = True) -> str:
+    """What an eval run records as its isolation, e.g. ``"bwrap 0.11.0 (bundled)"``,
+    ``"rlimit (UNISOLATED, opted in)"``, ``"none: no isolation available, code scored 0"`` or
+    ``"none: code execution disabled"``."""
+    if allow_code_execution is False:
+        return "none: code execution disabled"
+    mode = execution_isolation(allow_code_execution)
+    if mode == "bwrap":
+        binary = bwrap_binary()
+        return binary.label if binary else "bwrap"
+    if mode == "rlimit":
+        return "rlimit (UNISOLATED, opted in)"
+    return "none: no isolation available, code scored 0"
+
+
+def announce_once(key: str, message: str) -> None:
+    """Print ``message`` to stderr, framed so it is seen, once per process per ``key``."""
+    with _announce_lock:
+        if key in _announced:
+            return
+        _announced.add(key)
+    bar = "!" * 78
+    print(f"\n{bar}\n{message}\n{bar}\n", file=sys.stderr, flush=True)
+
+
+NO_ISOLATION_MESSAGE = (
+    "WARNING: no isolation available for code submissions (bubblewrap does not work here: no user\n"
+    "namespaces, or not Linux). Code items score 0 with reason \"no isolation available\".\n"
+    "To run them anyway, WITHOUT a sandbox (a submission can then read your files and the answer key):\n"
+    "--allow-unisolated-code, allow_code_execution=\"unisolated\" or SCALING_BOOK_ISOLATION=rlimit."
+)
+UNISOLATED_MESSAGE = (
+    "WARNING: code submissions run UNISOLATED (rlimit mode, opted in): resource limits only; as root\n"
+    "the child runs under a fresh unprivileged uid, otherwise it can read your files and open sockets."
+)
