@@ -56,6 +56,13 @@ def print_build_report(console: Console, report: Any, elapsed_s: float) -> None:
         f"{gate.test_cases_run} test cases, sandbox mode [bold]{gate.isolation_mode}[/bold]"
         + ("" if gate.isolation_mode == "bwrap" else " (bwrap does not work here: no user namespaces?)")
     )
+    if gate.hidden_cases:
+        counts = sorted(set(gate.hidden_cases.values()))
+        console.print(f"hidden tests: {sum(gate.hidden_cases.values())} drawn for {len(gate.hidden_cases)} code items "
+                      f"({', '.join(map(str, counts))} per item; seeds stored with each item)")
+    console.print(f"mutation check: {gate.mutants_run} mutants of the references, "
+                  f"{len(gate.survivors)} survived, {len(gate.equivalent_mutants)} equivalent (same function on "
+                  "every probe; not counted)")
     if gate.baselines:
         nonzero = {k: v for k, v in gate.baselines.items() if v[0] > 0}
         console.print(f"baselines: {len(gate.baselines)} code items measured, {len(nonzero)} with a constant "

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from scaling_book.content.export import CONFIGS, config_members, export
+from scaling_book.content.domains import load_domains
 from scaling_book.content.gate import GateReport, run_gate
 from scaling_book.content.loader import load_seed
 from scaling_book.content.specs import ItemSpec, SeedError, SeedIssue
@@ -67,6 +68,7 @@ def build(
     upgrade_to_head(url)
     say(f"loading {seed_dir}")
     specs = load_seed(seed_dir)
+    domains = load_domains(seed_dir)
     engine = make_engine(url)
     try:
         with make_session_factory(engine)() as session, session.begin():
@@ -75,7 +77,8 @@ def build(
             except RowsRefused as exc:
                 raise SeedError([SeedIssue(r.source_file, r.item_id, r.field, r.message) for r in exc.refused]) from None
             say(f"gate: checking {len(specs)} items")
-            gate = run_gate(session, on_progress=lambda item_id: say(f"gate: ran reference of {item_id}"))
+            gate = run_gate(session, on_progress=lambda item_id: say(f"gate: ran reference of {item_id}"),
+                            domains=domains)
         manifest: dict[str, Any] = {}
         if export_dir is not None:
             say(f"exporting to {export_dir}")

@@ -232,10 +232,12 @@ def row_data(row: dict[str, Any]) -> ScalingBookData:
     )
 
 
-def read_rows(config: str, export: Path | str | None = None) -> list[dict[str, Any]]:
+def read_rows(config: str, export: Path | str | None = None, hidden_tests: bool = True) -> list[dict[str, Any]]:
     """The rows of one exported config, in file order, checked against the export's manifest.
     Reads the parquet files directly (what `datasets.load_dataset(export, config)` loads), so no
-    `datasets` cache can serve a previous build's rows."""
+    `datasets` cache can serve a previous build's rows. `hidden_tests`: attach each code item's hidden
+    test cases (from the export's key file, not its datasets) to the row's `info` in memory, for the
+    grader. Raises `StaleExport` when the key file is missing or does not match the manifest."""
     import pyarrow.parquet as pq
 
     if config not in CONFIGS:
@@ -261,6 +263,12 @@ def read_rows(config: str, export: Path | str | None = None) -> list[dict[str, A
                 f"says {expected[:12]}; the export is incomplete or mixed. Rebuild it "
                 "(`uv run scaling-book build`)"
             )
+        if hidden_tests:
+            from scaling_book.content.export import load_hidden_tests, with_hidden_tests
+
+            hidden = load_hidden_tests(folder)
+            for row in rows:
+                row["info"] = with_hidden_tests(row["info"], hidden)
     return rows
 
 

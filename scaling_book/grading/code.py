@@ -1,7 +1,10 @@
 """The code grader: one Python function, run in the sandbox, compared in this process.
 
 Scoring: the submission (the last fenced ```python block of the response) runs once in
-``scaling_book.grading.sandbox.run_function`` against every test case's arguments. Each returned value is
+``scaling_book.grading.sandbox.run_function`` against every test case's arguments: the visible ones
+(``info["code_tests"]``) and the hidden ones the gate drew from the item's input domains
+(``info["code_hidden_tests"]``, attached in memory from the export's key file, never exported in
+``info``), all in the same process. Each returned value is
 compared here, type-strictly, with the expected value the child never saw:
 
 - ``rel``: a number (``int`` or ``float``, never ``bool``), finite, within the item's relative tolerance
@@ -9,9 +12,9 @@ compared here, type-strictly, with the expected value the child never saw:
 - ``exact``: equal value of the same kind (``True`` is not ``1``; ``4`` and ``4.0`` are both numbers);
 - ``bool``: exactly ``True`` or ``False`` (a truthy ``1`` or ``"yes"`` is not a boolean).
 
-Correctness = (pass fraction - baseline) / (1 - baseline), clipped to [0, 1], where ``baseline`` is the
-best pass fraction of a knowledge-free submission (``knowledge_free_baseline``), measured at build
-time and stored on the item. A constant scores exactly 0 and the reference exactly 1.
+Correctness = (pass fraction - baseline) / (1 - baseline) over all of them, clipped to [0, 1], where
+``baseline`` is the best pass fraction of a knowledge-free submission (``knowledge_free_baseline``),
+measured at build time over the same full set and stored on the item. A constant scores exactly 0 and the reference exactly 1.
 """
 
 from __future__ import annotations
@@ -172,7 +175,7 @@ def grade_code(info: Mapping[str, Any], code: str | None, *, allow_code_executio
     function = str(info.get("code_function") or "")
     compare = str(info.get("code_compare") or "")
     tolerance = info.get("tolerance")
-    tests = json.loads(info.get("code_tests") or "[]")
+    tests = json.loads(info.get("code_tests") or "[]") + json.loads(info.get("code_hidden_tests") or "[]")
     baseline = float(info.get("code_baseline") or 0.0)
     if not function or not tests or compare not in ("rel", "exact", "bool"):
         return 0.0, False, "item is missing its function name, tests or compare mode"
