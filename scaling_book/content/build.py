@@ -9,14 +9,15 @@ seed is idempotent: the same rows, byte-identical export files.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaling_book.content.export import CONFIGS, config_members, export
 from scaling_book.content.domains import load_domains
+from scaling_book.content.export import CONFIGS, config_members, export
 from scaling_book.content.gate import GateReport, run_gate
 from scaling_book.content.loader import load_seed
 from scaling_book.content.specs import ItemSpec, SeedError, SeedIssue
@@ -55,6 +56,18 @@ def summarize(specs: list[ItemSpec]) -> tuple[dict[int, int], dict[str, int], di
     return by_chapter, by_grader, by_provenance, by_config
 
 
+def protect_reference_solutions(seed_dir: Path) -> None:
+    """Make `seed_dir/reference_solutions` owner-only (0700) when we own it: a code submission run
+    without bwrap under another uid (the rlimit fallback as root) then cannot import the references.
+    Git does not track a folder's mode, so the checkout stays clean."""
+    folder = Path(seed_dir) / "reference_solutions"
+    try:
+        if folder.is_dir() and folder.stat().st_uid == os.geteuid():
+            os.chmod(folder, 0o700)
+    except OSError:
+        pass
+
+
 def build(
     db_url: str | None = None,
     seed_dir: Path = SEED_DIR,
@@ -69,6 +82,7 @@ def build(
     say(f"loading {seed_dir}")
     specs = load_seed(seed_dir)
     domains = load_domains(seed_dir)
+    protect_reference_solutions(seed_dir)
     engine = make_engine(url)
     try:
         with make_session_factory(engine)() as session, session.begin():
