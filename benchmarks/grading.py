@@ -3,9 +3,9 @@
     uv run python benchmarks/grading.py [--export build/export] [--repeats 30]
 
 Prints:
-- code grading: latency per submission (one sandboxed run of all of an item's test cases, compared
-  in-process) divided by a bare `python -I -S -c pass` start of the same interpreter, for every
-  isolation mode this machine offers (target <= 1.5x);
+- code grading: latency per submission (one sandboxed run of all of an item's test cases, visible and
+  hidden, compared in-process) divided by a bare `python -I -S -c pass` start of the same interpreter,
+  for every isolation mode this machine offers, and the bwrap binary that ran (target <= 1.5x);
 - formula grading: median and worst case over the dataset's formula items (gold and a wrong answer
   each) and over hostile inputs; the worst case is bounded by `FORMULA_TIMEOUT_S` plus a worker
   restart;
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,11 +29,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from scaling_book import sandbox  # noqa: E402
-from scaling_book.grading import (
-    formula,  # noqa: E402
-    grade,  # noqa: E402
-)
+from scaling_book.grading import formula, grade  # noqa: E402
+from scaling_book.grading.sandbox import isolation  # noqa: E402
 
 HOSTILE_FORMULAS = [
     "9**9**9**9", "2**30**5", "floor(10**10**10/T)", "T" + "**T" * 90,
@@ -42,12 +40,11 @@ HOSTILE_FORMULAS = [
 
 
 def load_rows(export: Path) -> list[dict]:
-    import pyarrow.parquet as pq
+    from scaling_book.environment.taskset import read_rows
 
-    files = sorted((export / "all").glob("*.parquet"))
-    if not files:
+    if not (export / "manifest.json").is_file():
         sys.exit(f"no export under {export}: run `uv run scaling-book build` first")
-    return [row for f in files for row in pq.read_table(f).to_pylist()]
+    return read_rows("all", export)  # code items carry their hidden test cases, as the taskset loads them
 
 
 def bench_code(rows: list[dict], repeats: int) -> None:
@@ -56,21 +53,22 @@ def bench_code(rows: list[dict], repeats: int) -> None:
     # A typical submission: the right function name, arithmetic on its arguments.
     info = next(i for i in infos if i["code_compare"] == "rel")
     tests = json.loads(info["code_tests"])
+    n_tests = len(tests) + len(json.loads(info.get("code_hidden_tests") or "[]"))
     n_args = len(tests[0]["args"])
     args = ", ".join(f"a{i}" for i in range(n_args))
     response = f"```python\ndef {info['code_function']}({args}):\n    return 1.5 * a0\n```"
-    modes = ["rlimit"] + (["bwrap"] if sandbox.isolation_mode() == "bwrap" else [])
-    root = sandbox.os.geteuid() == 0
+    detected = isolation.isolation_mode()
+    modes = ["rlimit"] + (["bwrap"] if detected == "bwrap" else [])
+    root = os.geteuid() == 0
     for mode in modes:
-        python, drops = sandbox._child_python(mode, root)
-        original = sandbox.isolation_mode
-        sandbox.isolation_mode = lambda mode=mode: mode  # type: ignore[assignment]
+        python, drops = isolation.child_python(mode, root)
+        isolation._mode_cache = mode  # grade in this mode (rlimit with the opt-in below)
         try:
-            grade(info, response)  # warm-up
+            grade(info, response, allow_code_execution="unisolated")  # warm-up
             # Interleaved, so that load from other processes hits both measurements alike.
             bare_s, graded_s, ns_s = [], [], []
             empty = tempfile.mkdtemp(dir="/tmp")
-            full = sandbox._bwrap_command(empty, python, drops) if mode == "bwrap" else []
+            full = isolation.bwrap_command(empty, python, drops) if mode == "bwrap" else []
             ns_only = full[: full.index("--") + 1] + [python, "-I", "-S", "-c", "pass"] if full else []
             for _ in range(repeats):
                 start = time.perf_counter()
@@ -81,14 +79,16 @@ def bench_code(rows: list[dict], repeats: int) -> None:
                     subprocess.run(ns_only, check=True)
                     ns_s.append(time.perf_counter() - start)
                 start = time.perf_counter()
-                grade(info, response)
+                grade(info, response, allow_code_execution="unisolated")
                 graded_s.append(time.perf_counter() - start)
         finally:
-            sandbox.isolation_mode = original  # type: ignore[assignment]
+            isolation._mode_cache = detected
         bare, per = statistics.median(bare_s), statistics.median(graded_s)
-        print(f"  {mode:6s}: {per * 1000:6.1f} ms per submission ({len(tests)} tests, item {info['item_id']}); "
+        binary = f" [{isolation.bwrap_binary().label} at {isolation.bwrap_binary().path}]" if mode == "bwrap" else ""
+        print(f"  {mode:6s}: {per * 1000:6.1f} ms per submission ({n_tests} tests: {len(tests)} visible + "
+              f"{n_tests - len(tests)} hidden, item {info['item_id']}); "
               f"bare `{Path(python).name} -I -S -c pass` {bare * 1000:5.1f} ms; ratio {per / bare:.2f}x "
-              f"(target <= 1.5x){'; per-run uid' if drops else ''}")
+              f"(target <= 1.5x){'; per-run uid' if drops else ''}{binary}")
         if ns_s:
             ns = statistics.median(ns_s)
             print(f"          the same bwrap command running `-c pass` alone: {ns * 1000:5.1f} ms "
@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=40)
     args = parser.parse_args()
     rows = load_rows(args.export)
-    print(f"isolation mode: {sandbox.isolation_mode()}; {len(rows)} items")
+    print(f"isolation mode: {isolation.isolation_mode()} ({isolation.isolation_label()}); {len(rows)} items")
     bench_code(rows, args.repeats)
     bench_formula(rows)
     bench_numeric(rows)

@@ -66,6 +66,11 @@ def test_oracle_eval_stores_full_correctness_for_every_item(built, db_url):
 
     runs, rollouts = stored(db_url)
     assert [(run["model"], run["config"], run["status"]) for run in runs] == [("oracle-model", "all", "complete")]
+    # The run records how code ran: here, under the bwrap this machine has (code scored 1.0 above).
+    from scaling_book.grading.sandbox import bwrap_binary, isolation_mode
+
+    if isolation_mode() == "bwrap":
+        assert runs[0]["isolation"] == f"bwrap {'.'.join(map(str, bwrap_binary().version))} ({bwrap_binary().source})"
     assert sorted(r["item_id"] for r in rollouts) == sorted(row["id"] for row in rows)  # one rollout per item
     for r in rollouts:
         assert (r["item_id"], r["status"], r["correctness"], r["exact"], r["format"]) == (

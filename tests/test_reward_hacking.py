@@ -37,15 +37,15 @@ KNOWLEDGE_FREE_CEILING = 0.05
 def dataset(request) -> list[dict]:
     """Every row of config `all`: the developer's build/export if present, else a fresh build.
 
-    The parquet files are read directly (as the taskset does), not through `datasets.load_dataset`,
-    whose cache can serve an earlier export of the same folder.
+    Read as the taskset reads them (`read_rows`: the parquet files directly, not through
+    `datasets.load_dataset`, whose cache can serve an earlier export; hidden code test cases attached).
     """
-    import pyarrow.parquet as pq
+    from scaling_book.environment.taskset import read_rows
 
-    files = sorted((REPO_ROOT / "build" / "export" / "all").glob("*.parquet"))
-    if files:
-        return [row for f in files for row in pq.read_table(f).to_pylist()]
-    return request.getfixturevalue("exported_rows")
+    export = REPO_ROOT / "build" / "export"
+    if (export / "manifest.json").is_file() and "hidden_tests" in json.loads((export / "manifest.json").read_text()):
+        return read_rows("all", export)  # with each code item's hidden test cases, as the taskset loads them
+    return read_rows("all", request.getfixturevalue("built")["export_dir"])
 
 
 def ans(text: str) -> str:
@@ -288,6 +288,36 @@ def test_every_code_exploit_scores_exactly_zero_on_every_code_item(dataset):
         results = list(pool.map(run, jobs))
     paid = [(name, item, c, reason) for name, item, c, reason in results if c != 0.0]
     assert not paid, paid[:5]
+
+
+def test_a_lookup_table_of_the_visible_tests_scores_at_most_0_15_on_every_code_item(dataset):
+    # The table returns each visible case's expected value; on any other arguments it falls back to 0
+    # or to the most common visible answer. Before hidden tests this scored 1.0 on every code item.
+    code_rows = [row["info"] for row in dataset if row["info"]["grader"] == "code"]
+    assert code_rows and all(info.get("code_hidden_tests") for info in code_rows)
+    jobs = []
+    for info in code_rows:
+        visible = json.loads(info["code_tests"])
+        table = {json.dumps(t["args"]): t["expected"] for t in visible}
+        common = max((json.dumps(t["expected"]) for t in visible),
+                     key=lambda e: sum(json.dumps(t["expected"]) == e for t in visible))
+        for fallback in ("0", common):
+            src = (f"import json\nTABLE = json.loads({json.dumps(json.dumps(table))})\n"
+                   f"def {info['code_function']}(*args):\n"
+                   f"    return TABLE.get(json.dumps(list(args)), json.loads({fallback!r}))\n")
+            jobs.append((info, src))
+
+    def run(job):
+        info, src = job
+        g = grade(info, f"```python\n{src}```", code_timeout_s=10)
+        visible_passed = g.reason.startswith("passed ")
+        return info["item_id"], g.correctness, visible_passed, g.reason
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(run, jobs))
+    assert all(ran for _, _, ran, _ in results), [r for r in results if not r[2]][:3]
+    over = [(item_id, c, reason) for item_id, c, _, reason in results if c > 0.15]
+    assert not over, over
 
 
 @pytest.mark.skipif(isolation_mode() != "bwrap",

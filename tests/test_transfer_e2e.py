@@ -126,6 +126,9 @@ def test_degrading_checkpoints_widen_the_gap_in_history_and_plot(built, rows, st
     comparison = compare_runs(make_session_factory(engine), run_ids[100], run_ids[300])
     engine.dispose()
     assert [row.step for row in history] == [100, 200, 300]
+    from scaling_book.grading.sandbox import isolation_label
+
+    assert {row.isolation for row in history} == {isolation_label()}  # both halves of every check
     gaps = [row.gap_points for row in history]
     assert gaps[0] < gaps[1] < gaps[2]
     assert comparison.gained == [] and len(comparison.lost) == sum(
@@ -135,6 +138,7 @@ def test_degrading_checkpoints_widen_the_gap_in_history_and_plot(built, rows, st
     result = CliRunner(env={"COLUMNS": "240"}).invoke(app, ["history", "--model", "scripted", "--plot", str(plot), "--db", tmp_db])
     assert result.exit_code == 0, result.output
     assert "ckpt-300" in result.output
+    assert "isolation" in result.output
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # The README's three SQL queries, taken from the README itself and run against this store.

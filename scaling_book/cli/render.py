@@ -54,8 +54,15 @@ def print_build_report(console: Console, report: Any, elapsed_s: float) -> None:
     console.print(
         f"gate: {gate.formulas_checked} formulas parsed, {gate.references_run} reference solutions passed "
         f"{gate.test_cases_run} test cases, sandbox mode [bold]{gate.isolation_mode}[/bold]"
-        + ("" if gate.isolation_mode == "bwrap" else " (install the Debian package bubblewrap for isolation)")
+        + ("" if gate.isolation_mode == "bwrap" else " (bwrap does not work here: no user namespaces?)")
     )
+    if gate.hidden_cases:
+        counts = sorted(set(gate.hidden_cases.values()))
+        console.print(f"hidden tests: {sum(gate.hidden_cases.values())} drawn for {len(gate.hidden_cases)} code items "
+                      f"({', '.join(map(str, counts))} per item; seeds stored with each item)")
+    console.print(f"mutation check: {gate.mutants_run} mutants of the references, "
+                  f"{len(gate.survivors)} survived, {len(gate.equivalent_mutants)} equivalent (same function on "
+                  "every probe; not counted)")
     if gate.baselines:
         nonzero = {k: v for k, v in gate.baselines.items() if v[0] > 0}
         console.print(f"baselines: {len(gate.baselines)} code items measured, {len(nonzero)} with a constant "
@@ -94,6 +101,8 @@ def print_transfer_check(console: Console, result: Any, model: str, checkpoint: 
                    str(report.heldout_rollouts), f"{100 * report.heldout_accuracy:.1f}%",
                    fmt_interval(*interval_ends(report.heldout_interval), 100))
     console.print(halves)
+    labels = sorted({result.runs[half].isolation or "unknown" for half in ("train", "heldout")})
+    console.print(f"code isolation: {_isolation_cell(' / '.join(labels))}")
     graders = Table(title="per grader (exact accuracy)", title_justify="left")
     for column in ("grader", "train items", "train", "heldout items", "heldout", "in"):
         graders.add_column(column, justify="left" if column in ("grader", "in") else "right")
@@ -119,7 +128,7 @@ def print_history(console: Console, rows: list) -> None:
     """One row per completed transfer check: step, each half with its interval, gap, matched gap."""
     table = Table(title="transfer checks", title_justify="left")
     for column in ("id", "model", "checkpoint", "step", "train", "heldout", "gap (pts)", "gap 95%",
-                   "matched (pts)", "matched 95%"):
+                   "matched (pts)", "matched 95%", "isolation"):
         table.add_column(column, justify="left" if column in ("model", "checkpoint") else "right")
     for r in rows:
         table.add_row(str(r.transfer_check_id), r.model, r.checkpoint or "-", "-" if r.step is None else str(r.step),
@@ -127,21 +136,27 @@ def print_history(console: Console, rows: list) -> None:
                       f"{100 * r.heldout_accuracy:.1f}% {fmt_interval(*r.heldout_ci, 100, 0)}",
                       f"{r.gap_points:+.1f}", fmt_interval(*r.gap_ci),
                       "-" if r.matched_gap_points is None else f"{r.matched_gap_points:+.1f}",
-                      fmt_interval(*r.matched_gap_ci))
+                      fmt_interval(*r.matched_gap_ci), _isolation_cell(r.isolation))
     console.print(table)
+
+
+def _isolation_cell(label: str) -> str:
+    """The isolation label, in bold red unless code ran under bwrap (or the run predates the record)."""
+    return label if label.startswith("bwrap") or label == "unknown" else f"[bold red]{label}[/bold red]"
 
 
 def print_runs(console: Console, found: list) -> None:
     """Stored runs, newest first: (run, rollouts, mean exact) rows."""
     table = Table(title="eval runs (newest first)", title_justify="left")
     for column in ("run", "model", "checkpoint", "step", "config", "status", "rollouts", "exact", "transfer check",
-                   "rescored from", "graders"):
+                   "rescored from", "graders", "isolation"):
         table.add_column(column, justify="right" if column in ("run", "step", "rollouts", "exact") else "left")
     for run, n, exact in found:
         table.add_row(str(run.id), run.model, run.checkpoint or "-", "-" if run.step is None else str(run.step),
                       run.config, run.status, str(n), "-" if exact is None else f"{exact:.3f}",
                       "-" if run.transfer_check_id is None else str(run.transfer_check_id),
-                      "-" if run.rescored_from_run_id is None else str(run.rescored_from_run_id), run.grader_version)
+                      "-" if run.rescored_from_run_id is None else str(run.rescored_from_run_id), run.grader_version,
+                      _isolation_cell(run.isolation or "unknown"))
     console.print(table)
 
 

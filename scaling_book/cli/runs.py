@@ -40,6 +40,7 @@ def eval_command(
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint label stored with the run.")] = None,
     step: Annotated[Optional[int], typer.Option("--step", help="Training step stored with the run.")] = None,
     max_concurrent: Annotated[int, typer.Option("--max-concurrent", min=1, help="Rollouts in flight at once.")] = 8,
+    allow_unisolated_code: Annotated[bool, typer.Option("--allow-unisolated-code", help="Run code submissions even without isolation (no working bwrap): NOT a sandbox.")] = False,
     db: DbOption = None,
     export_from: ExportOption = None,
 ) -> None:
@@ -52,7 +53,8 @@ def eval_command(
 
     request = EvalRequest(model=model, base_url=base_url, api_key_var=api_key_var, config=config,
                           rollouts_per_item=rollouts, checkpoint=checkpoint, step=step,
-                          max_concurrent=max_concurrent, export_dir=export_dir(export_from))
+                          max_concurrent=max_concurrent, export_dir=export_dir(export_from),
+                          allow_unisolated_code=allow_unisolated_code)
     check_config(config)
     check_endpoint(base_url, api_key_var)
     try:
@@ -77,6 +79,7 @@ def transfer_check_command(
     step: Annotated[Optional[int], typer.Option("--step", help="Training step of the checkpoint.")] = None,
     max_concurrent: Annotated[int, typer.Option("--max-concurrent", min=1, help="Rollouts in flight at once.")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
+    allow_unisolated_code: Annotated[bool, typer.Option("--allow-unisolated-code", help="Run code submissions even without isolation (no working bwrap): NOT a sandbox.")] = False,
     db: DbOption = None,
     export_from: ExportOption = None,
 ) -> None:
@@ -91,7 +94,8 @@ def transfer_check_command(
 
     request = EvalRequest(model=model, base_url=base_url, api_key_var=api_key_var, config="train",
                           rollouts_per_item=rollouts, checkpoint=checkpoint, step=step,
-                          max_concurrent=max_concurrent, export_dir=export_dir(export_from))
+                          max_concurrent=max_concurrent, export_dir=export_dir(export_from),
+                          allow_unisolated_code=allow_unisolated_code)
     check_endpoint(base_url, api_key_var)
     started = time.perf_counter()
     try:
@@ -181,6 +185,7 @@ def rescore(
     run: Annotated[int, typer.Argument(help="Id of the stored run to re-grade.")],
     code_timeout: Annotated[float, typer.Option("--code-timeout", help="Wall-clock limit per code submission, seconds.")] = 20.0,
     no_code_execution: Annotated[bool, typer.Option("--no-code-execution", help="Score code items 0 without running them.")] = False,
+    allow_unisolated_code: Annotated[bool, typer.Option("--allow-unisolated-code", help="Run code submissions even without isolation (no working bwrap): NOT a sandbox.")] = False,
     db: DbOption = None,
     export_from: ExportOption = None,
 ) -> None:
@@ -192,7 +197,8 @@ def rescore(
     require_store(db)
     try:
         result = rescore_run(run, export_dir(export_from), db_url=db, code_timeout_s=code_timeout,
-                             allow_code_execution=not no_code_execution)
+                             allow_code_execution=(False if no_code_execution
+                                                   else "unisolated" if allow_unisolated_code else True))
     except (UnknownRun, MissingExport, StaleExport) as exc:
         err.print(f"[bold red]cannot rescore:[/bold red] {exc}")
         raise typer.Exit(EXIT_MISSING) from None

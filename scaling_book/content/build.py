@@ -9,12 +9,14 @@ seed is idempotent: the same rows, byte-identical export files.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaling_book.content.domains import load_domains
 from scaling_book.content.export import CONFIGS, config_members, export
 from scaling_book.content.gate import GateError, GateReport, run_gate
 from scaling_book.content.loader import load_derive, load_hardware, load_seed
@@ -70,6 +72,18 @@ def summarize(specs: list[ItemSpec]) -> tuple[dict[int, int], dict[str, int], di
     return by_chapter, by_grader, by_provenance, by_config
 
 
+def protect_reference_solutions(seed_dir: Path) -> None:
+    """Make `seed_dir/reference_solutions` owner-only (0700) when we own it: a code submission run
+    without bwrap under another uid (the rlimit fallback as root) then cannot import the references.
+    Git does not track a folder's mode, so the checkout stays clean."""
+    folder = Path(seed_dir) / "reference_solutions"
+    try:
+        if folder.is_dir() and folder.stat().st_uid == os.geteuid():
+            os.chmod(folder, 0o700)
+    except OSError:
+        pass
+
+
 def build(
     db_url: str | None = None,
     seed_dir: Path = SEED_DIR,
@@ -88,6 +102,8 @@ def build(
                                           load_derive(seed_dir / "derive.py"))
     if wrong_hardware.failures:
         raise GateError(wrong_hardware.failures)
+    domains = load_domains(seed_dir)
+    protect_reference_solutions(seed_dir)
     engine = make_engine(url)
     try:
         with make_session_factory(engine)() as session, session.begin():
@@ -96,7 +112,8 @@ def build(
             except RowsRefused as exc:
                 raise SeedError([SeedIssue(r.source_file, r.item_id, r.field, r.message) for r in exc.refused]) from None
             say(f"gate: checking {len(specs)} items")
-            gate = run_gate(session, on_progress=lambda item_id: say(f"gate: ran reference of {item_id}"))
+            gate = run_gate(session, on_progress=lambda item_id: say(f"gate: ran reference of {item_id}"),
+                            domains=domains)
         manifest: dict[str, Any] = {}
         if export_dir is not None:
             say(f"exporting to {export_dir}")

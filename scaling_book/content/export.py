@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from collections import Counter
@@ -142,7 +143,8 @@ def item_record(item: Item, system_prompt: str) -> dict[str, Any]:
             "code_signature": task.signature if task else "",
             "code_compare": task.compare if task else "",
             "code_tests": json.dumps(
-                [{"args": json.loads(t.args_json), "expected": json.loads(t.expected_json)} for t in task.tests]
+                [{"args": json.loads(t.args_json), "expected": json.loads(t.expected_json)}
+                 for t in task.tests if not t.hidden]
             ) if task else "",
             "code_baseline": task.baseline.best_fraction if task and task.baseline else 0.0,
             "counterpart": item.counterpart_id or "",
@@ -205,6 +207,7 @@ def export(session: Session, out_dir: Path) -> dict[str, Any]:
     manifest: dict[str, Any] = {"configs": {}}
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # mkdtemp makes the folder 0700: only its owner reads the export (the store is 0600 likewise)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir.parent))
     try:
         for config in CONFIGS:
@@ -219,6 +222,7 @@ def export(session: Session, out_dir: Path) -> dict[str, Any]:
                 "items": len(rows),
                 "dataset_hash": dataset_hash([item.content_hash for item, _ in members]),
             }
+        manifest["hidden_tests"] = _write_hidden_tests(staging, items)
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         (staging / "README.md").write_text(_card(manifest, items))
         if out_dir.exists():
@@ -228,6 +232,54 @@ def export(session: Session, out_dir: Path) -> dict[str, Any]:
         if staging.exists():
             shutil.rmtree(staging)
     return manifest
+
+
+#: The key file of the hidden code test cases, relative to the export folder (mode 0600, in a 0700 folder).
+HIDDEN_TESTS_FILE = "keys/hidden_tests.json"
+#: The `info` key under which `load_hidden_tests`'s caller attaches an item's hidden cases in memory.
+HIDDEN_INFO_KEY = "code_hidden_tests"
+
+
+def _write_hidden_tests(staging: Path, items: list[Item]) -> dict[str, Any]:
+    """Write every code item's hidden test cases to `HIDDEN_TESTS_FILE` (owner-only: a submission
+    running under another uid cannot read it); return the manifest entry (path, items, cases, sha256)."""
+    keys = {item.id: [{"args": json.loads(t.args_json), "expected": json.loads(t.expected_json)}
+                      for t in item.code_task.tests if t.hidden]
+            for item in items if item.code_task is not None}
+    keys = {item_id: cases for item_id, cases in keys.items() if cases}
+    blob = (json.dumps(keys, sort_keys=True) + "\n").encode()
+    folder = staging / Path(HIDDEN_TESTS_FILE).parent
+    folder.mkdir(mode=0o700)
+    os.chmod(folder, 0o700)
+    fd = os.open(staging / HIDDEN_TESTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(blob)
+    return {"path": HIDDEN_TESTS_FILE, "items": len(keys), "cases": sum(map(len, keys.values())),
+            "sha256": hashlib.sha256(blob).hexdigest()}
+
+
+def load_hidden_tests(out_dir: Path) -> dict[str, list[dict]]:
+    """item id -> hidden test cases (``{"args": [...], "expected": ...}``) of the export at `out_dir`,
+    checked against the manifest's sha256. An export without hidden tests gives {}. Raises
+    `StaleExport` when the manifest lists a key file that is missing or differs."""
+    entry = read_manifest(out_dir).get("hidden_tests")
+    if not entry or not entry.get("items"):
+        return {}
+    path = Path(out_dir) / entry["path"]
+    try:
+        blob = path.read_bytes()
+    except OSError as exc:
+        raise StaleExport(f"{path}: the export's hidden test cases cannot be read ({exc}); rebuild") from None
+    if hashlib.sha256(blob).hexdigest() != entry["sha256"]:
+        raise StaleExport(f"{path}: hidden test cases do not match the manifest's sha256; rebuild")
+    return json.loads(blob)
+
+
+def with_hidden_tests(info: dict[str, Any], hidden: dict[str, list[dict]]) -> dict[str, Any]:
+    """A copy of a row's `info` carrying its hidden cases (JSON, under `HIDDEN_INFO_KEY`) for the
+    code grader; in memory only, never written back to an export."""
+    cases = hidden.get(info.get("item_id", ""))
+    return {**info, HIDDEN_INFO_KEY: json.dumps(cases)} if cases else dict(info)
 
 
 def read_manifest(out_dir: Path) -> dict[str, Any]:

@@ -66,8 +66,10 @@ class ScalingBookTasksetConfig(vf.TasksetConfig):
     `eval_fraction`; `train` the others."""
     code_timeout: float = Field(20.0, gt=0)
     """Wall-clock seconds a submitted implementation may run, all test cases together."""
-    allow_code_execution: bool = True
-    """Run submitted code (in a throwaway subprocess). False: implementation tasks score 0."""
+    allow_code_execution: bool | Literal["unisolated"] = True
+    """Run submitted code (in a throwaway subprocess). True: only isolated (bwrap); without working
+    isolation implementation tasks score 0 ("no isolation available"). "unisolated": also run it
+    without isolation (rlimit fallback). False: implementation tasks score 0."""
     export_dir: Path | None = None
     """The export folder; unset means `$SCALING_BOOK_EXPORT`, else `<repo>/build/export`."""
 
@@ -77,8 +79,8 @@ class ScalingBookTaskConfig(vf.TaskConfig):
 
     code_timeout: float = Field(20.0, gt=0)
     """Wall-clock seconds a submitted implementation may run."""
-    allow_code_execution: bool = True
-    """Whether implementation tasks execute submitted code."""
+    allow_code_execution: bool | Literal["unisolated"] = True
+    """Whether implementation tasks execute submitted code (see the taskset config)."""
 
 
 class ScalingBookData(vf.TaskData):
@@ -230,10 +232,12 @@ def row_data(row: dict[str, Any]) -> ScalingBookData:
     )
 
 
-def read_rows(config: str, export: Path | str | None = None) -> list[dict[str, Any]]:
+def read_rows(config: str, export: Path | str | None = None, hidden_tests: bool = True) -> list[dict[str, Any]]:
     """The rows of one exported config, in file order, checked against the export's manifest.
     Reads the parquet files directly (what `datasets.load_dataset(export, config)` loads), so no
-    `datasets` cache can serve a previous build's rows."""
+    `datasets` cache can serve a previous build's rows. `hidden_tests`: attach each code item's hidden
+    test cases (from the export's key file, not its datasets) to the row's `info` in memory, for the
+    grader. Raises `StaleExport` when the key file is missing or does not match the manifest."""
     import pyarrow.parquet as pq
 
     if config not in CONFIGS:
@@ -259,6 +263,12 @@ def read_rows(config: str, export: Path | str | None = None) -> list[dict[str, A
                 f"says {expected[:12]}; the export is incomplete or mixed. Rebuild it "
                 "(`uv run scaling-book build`)"
             )
+        if hidden_tests:
+            from scaling_book.content.export import load_hidden_tests, with_hidden_tests
+
+            hidden = load_hidden_tests(folder)
+            for row in rows:
+                row["info"] = with_hidden_tests(row["info"], hidden)
     return rows
 
 

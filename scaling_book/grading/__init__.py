@@ -49,11 +49,13 @@ def _finish(correctness: float, exact: bool, formatted: bool, reason: str, extra
                  reason=reason, extracted=extracted)
 
 
-def grade(info: Mapping[str, Any], response: str, *, allow_code_execution: bool = True,
+def grade(info: Mapping[str, Any], response: str, *, allow_code_execution: bool | str = True,
           code_timeout_s: float = 20.0) -> Grade:
     """Grade ``response`` against the item described by ``info`` (an exported row's ``info``).
 
-    ``allow_code_execution=False``: code items score 0 and no subprocess starts.
+    ``allow_code_execution=False``: code items score 0 and no subprocess starts. True: code runs only
+    isolated (bwrap), else scores 0 ("no isolation available"); ``"unisolated"``: runs without isolation
+    too.
     ``code_timeout_s``: wall-clock seconds for a code submission's whole run.
     """
     kind = str(info.get("grader") or "")

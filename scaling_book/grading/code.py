@@ -1,7 +1,10 @@
 """The code grader: one Python function, run in the sandbox, compared in this process.
 
 Scoring: the submission (the last fenced ```python block of the response) runs once in
-``scaling_book.grading.sandbox.run_function`` against every test case's arguments. Each returned value is
+``scaling_book.grading.sandbox.run_function`` against every test case's arguments: the visible ones
+(``info["code_tests"]``) and the hidden ones the gate drew from the item's input domains
+(``info["code_hidden_tests"]``, attached in memory from the export's key file, never exported in
+``info``), all in the same process. Each returned value is
 compared here, type-strictly, with the expected value the child never saw:
 
 - ``rel``: a number (``int`` or ``float``, never ``bool``), finite, within the item's relative tolerance
@@ -9,9 +12,9 @@ compared here, type-strictly, with the expected value the child never saw:
 - ``exact``: equal value of the same kind (``True`` is not ``1``; ``4`` and ``4.0`` are both numbers);
 - ``bool``: exactly ``True`` or ``False`` (a truthy ``1`` or ``"yes"`` is not a boolean).
 
-Correctness = (pass fraction - baseline) / (1 - baseline), clipped to [0, 1], where ``baseline`` is the
-best pass fraction of a knowledge-free submission (``knowledge_free_baseline``), measured at build
-time and stored on the item. A constant scores exactly 0 and the reference exactly 1.
+Correctness = (pass fraction - baseline) / (1 - baseline) over all of them, clipped to [0, 1], where
+``baseline`` is the best pass fraction of a knowledge-free submission (``knowledge_free_baseline``),
+measured at build time over the same full set and stored on the item. A constant scores exactly 0 and the reference exactly 1.
 """
 
 from __future__ import annotations
@@ -21,7 +24,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaling_book.grading.sandbox import CallError, run_function
+from scaling_book.grading.sandbox import (
+    NO_ISOLATION_MESSAGE,
+    UNISOLATED_MESSAGE,
+    CallError,
+    announce_once,
+    execution_isolation,
+    run_function,
+)
 
 __all__ = [
     "KNOWLEDGE_FREE_CONSTANTS",
@@ -154,13 +164,18 @@ def rescale(fraction: float, baseline: float) -> float:
     return min(1.0, max(0.0, (fraction - baseline) / (1.0 - baseline)))
 
 
-def grade_code(info: Mapping[str, Any], code: str | None, *, allow_code_execution: bool,
+def grade_code(info: Mapping[str, Any], code: str | None, *, allow_code_execution: bool | str,
                code_timeout_s: float):
-    """Grade extracted ``code`` for a code item. Returns (correctness, exact, reason)."""
+    """Grade extracted ``code`` for a code item. Returns (correctness, exact, reason).
+
+    ``allow_code_execution``: False scores 0 without running anything; True runs the submission only
+    under isolation (bwrap), else scores 0 with reason "no isolation available"; ``"unisolated"``
+    also runs it in the rlimit fallback (see ``scaling_book.grading.sandbox``).
+    """
     function = str(info.get("code_function") or "")
     compare = str(info.get("code_compare") or "")
     tolerance = info.get("tolerance")
-    tests = json.loads(info.get("code_tests") or "[]")
+    tests = json.loads(info.get("code_tests") or "[]") + json.loads(info.get("code_hidden_tests") or "[]")
     baseline = float(info.get("code_baseline") or 0.0)
     if not function or not tests or compare not in ("rel", "exact", "bool"):
         return 0.0, False, "item is missing its function name, tests or compare mode"
@@ -170,7 +185,14 @@ def grade_code(info: Mapping[str, Any], code: str | None, *, allow_code_executio
         return 0.0, False, f"submission is {len(code)} characters; the limit is {MAX_SOURCE_CHARS}"
     if not allow_code_execution:
         return 0.0, False, "code execution disabled (allow_code_execution=False): scored 0, nothing run"
-    result = run_function(code, function, [t["args"] for t in tests], code_timeout_s)
+    mode = execution_isolation(allow_code_execution)
+    if mode is None:
+        announce_once("no-isolation", NO_ISOLATION_MESSAGE)
+        return 0.0, False, ("no isolation available (bubblewrap does not work here); scored 0, nothing run. "
+                            "Opt in to unisolated execution with allow_code_execution='unisolated'")
+    if mode != "bwrap":
+        announce_once("unisolated", UNISOLATED_MESSAGE)
+    result = run_function(code, function, [t["args"] for t in tests], code_timeout_s, mode=mode)
     if result.status != "ok":
         return 0.0, False, f"sandbox {result.status} ({result.mode}): {result.detail}"
     passes = test_passes(result.values, tests, compare, tolerance)

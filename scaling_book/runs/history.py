@@ -23,6 +23,9 @@ class CheckpointRow:
     gap_ci: tuple[float, float]
     matched_gap_points: float | None
     matched_gap_ci: tuple[float | None, float | None]
+    isolation: str = "unknown"
+    """How the check's code submissions ran (its runs' `isolation`; "unknown" for runs before it was
+    recorded; both labels, joined by " / ", when the two halves differ)."""
 
 
 def transfer_history(factory: sessionmaker[Session], model: str | None = None) -> list[CheckpointRow]:
@@ -33,12 +36,17 @@ def transfer_history(factory: sessionmaker[Session], model: str | None = None) -
           " ORDER BY model, step IS NULL, step, transfer_check_id"
     with factory() as session:
         rows = session.execute(text(sql), {"model": model} if model else {}).mappings().all()
+        isolation: dict[int, set[str]] = {}
+        for check_id, label in session.execute(text(
+                "SELECT transfer_check_id, isolation FROM eval_runs WHERE transfer_check_id IS NOT NULL")):
+            isolation.setdefault(check_id, set()).add(label or "unknown")
     return [
         CheckpointRow(
             r["transfer_check_id"], r["model"], r["checkpoint"], r["step"], r["train_accuracy"],
             (r["train_ci_low"], r["train_ci_high"]), r["heldout_accuracy"], (r["heldout_ci_low"], r["heldout_ci_high"]),
             r["gap_points"], (r["gap_ci_low"], r["gap_ci_high"]), r["matched_gap_points"],
             (r["matched_gap_ci_low"], r["matched_gap_ci_high"]),
+            " / ".join(sorted(isolation.get(r["transfer_check_id"], {"unknown"}))),
         )
         for r in rows
     ]

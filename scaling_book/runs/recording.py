@@ -54,15 +54,16 @@ def _finite_unit(value: float) -> float:
 def start_run(
     factory: sessionmaker[Session], *, model: str, config: str, rollouts_per_item: int, sampling: dict[str, Any],
     dataset_hash: str, grader_version: str, checkpoint: str | None = None, step: int | None = None,
-    rescored_from_run_id: int | None = None, transfer_check_id: int | None = None,
+    rescored_from_run_id: int | None = None, transfer_check_id: int | None = None, isolation: str | None = None,
 ) -> int:
-    """Commit a new run with status `running`; return its id."""
+    """Commit a new run with status `running`; return its id. `isolation`: how code submissions ran
+    (`scaling_book.grading.sandbox.isolation_label`, e.g. "bwrap 0.11.0 (bundled)")."""
     with factory() as session, session.begin():
         run = EvalRun(
             model=model, checkpoint=checkpoint, step=step, config=config, rollouts_per_item=rollouts_per_item,
             sampling_json=json.dumps(sampling, sort_keys=True), dataset_hash=dataset_hash,
             grader_version=grader_version, status="running", started_at=datetime.now(UTC),
-            rescored_from_run_id=rescored_from_run_id, transfer_check_id=transfer_check_id,
+            rescored_from_run_id=rescored_from_run_id, transfer_check_id=transfer_check_id, isolation=isolation,
         )
         session.add(run)
         session.flush()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from scaling_book.content.export import load_config
+from scaling_book.content.export import load_config, load_hidden_tests, with_hidden_tests
 from scaling_book.grading.rubric import format_reward, total_reward
 from scaling_book.runs.recording import RolloutOutcome, finish_run, start_run
 from scaling_book.runs.runner import dataset_hash_of
@@ -46,7 +46,7 @@ def heldout_flag(rollout: RolloutResult) -> float:
 
 
 def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_timeout_s: float = 20.0,
-                allow_code_execution: bool = True,
+                allow_code_execution: bool | str = True,
                 on_progress: Callable[[int, int], None] | None = None) -> RescoreResult:
     """Re-grade run `run_id`'s stored responses into a new run; return what changed.
 
@@ -55,6 +55,7 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
     export's rows do not match its manifest.
     """
     from scaling_book.grading import GRADER_VERSION, grade
+    from scaling_book.grading.sandbox import isolation_label
 
     upgrade_to_head(db_url)
     engine = make_engine(db_url)
@@ -67,7 +68,8 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
             rollouts = list(session.scalars(
                 select(RolloutResult).where(RolloutResult.run_id == run_id).order_by(RolloutResult.id)))
         digest = dataset_hash_of(export_dir, source.config)   # raises MissingExport before any row is read
-        infos = {row["id"]: row["info"] for row in load_config(export_dir, source.config)}
+        hidden = load_hidden_tests(export_dir)
+        infos = {row["id"]: with_hidden_tests(row["info"], hidden) for row in load_config(export_dir, source.config)}
         changed = sorted({r.item_id for r in rollouts
                           if r.item_id not in infos or infos[r.item_id]["content_hash"] != r.item_content_hash})
         if changed:
@@ -77,7 +79,7 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
             factory, model=source.model, config=source.config, rollouts_per_item=source.rollouts_per_item,
             sampling={"rescored_from_run_id": run_id}, dataset_hash=digest,
             grader_version=GRADER_VERSION, checkpoint=source.checkpoint, step=source.step,
-            rescored_from_run_id=run_id,
+            rescored_from_run_id=run_id, isolation=isolation_label(allow_code_execution),
         )
         rows, flips = [], 0
         for done, old in enumerate(rollouts, start=1):

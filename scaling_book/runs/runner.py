@@ -71,6 +71,7 @@ def evaluate(
     export_dir: Path | None = None,
     sampling: dict | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    allow_code_execution: bool | str = True,
 ) -> EvalOutcome:
     """Run `rollouts_per_item` rollouts of every item of exported config `config` against the
     OpenAI-compatible endpoint `base_url` (API key read from environment variable
@@ -93,6 +94,7 @@ def evaluate(
             export_dir=export_dir,
             sampling=dict(sampling or {}),
             on_progress=on_progress,
+            allow_code_execution=allow_code_execution,
         )
     )
 
@@ -108,10 +110,11 @@ async def _evaluate(
     export_dir: Path | None,
     sampling: dict,
     on_progress: Callable[[int, int], None] | None,
+    allow_code_execution: bool | str = True,
 ) -> EvalOutcome:
     import verifiers.v1 as vf
 
-    taskset: dict[str, Any] = {"id": TASKSET_ID, "config": config}
+    taskset: dict[str, Any] = {"id": TASKSET_ID, "config": config, "allow_code_execution": allow_code_execution}
     if export_dir is not None:
         taskset["export_dir"] = str(Path(export_dir).resolve())
     env = vf.load_environment(vf.resolve_env_config({"taskset": taskset}))
@@ -248,6 +251,15 @@ class EvalRequest:
     step: int | None = None
     max_concurrent: int = 8
     sampling: dict = field(default_factory=dict)
+    allow_unisolated_code: bool = False
+    """Run code submissions even when no isolation works here (`--allow-unisolated-code`)."""
+
+    @property
+    def allow_code_execution(self) -> bool | str:
+        """The taskset's `allow_code_execution` for this request."""
+        from scaling_book.grading.sandbox import UNISOLATED
+
+        return UNISOLATED if self.allow_unisolated_code else True
 
 
 @dataclass
@@ -260,6 +272,8 @@ class EvalSummary:
     n_rollouts: int
     seconds: float
     rows: list[RolloutOutcome]
+    isolation: str | None = None
+    """How code submissions ran (`scaling_book.grading.sandbox.isolation_label`)."""
 
     def table(self) -> Table:
         by_grader: dict[str, list[RolloutOutcome]] = defaultdict(list)
@@ -299,6 +313,7 @@ def run_and_record(request: EvalRequest, db_url: str | None = None, console: Con
     Raises `MissingExport` when `request.export_dir` has no export of `request.config` (no run is stored).
     """
     from scaling_book.grading import GRADER_VERSION
+    from scaling_book.grading.sandbox import isolation_label
 
     digest = dataset_hash_of(request.export_dir, request.config)
     versions = item_versions(request.export_dir, request.config)   # read before any model call
@@ -307,10 +322,12 @@ def run_and_record(request: EvalRequest, db_url: str | None = None, console: Con
     factory = make_session_factory(engine)
     started = time.perf_counter()
     try:
+        isolation = isolation_label(request.allow_code_execution)
         run_id = start_run(factory, model=request.model, config=request.config,
                            rollouts_per_item=request.rollouts_per_item, sampling=request.sampling,
                            dataset_hash=digest, grader_version=GRADER_VERSION, checkpoint=request.checkpoint,
-                           step=request.step, transfer_check_id=transfer_check_id)
+                           step=request.step, transfer_check_id=transfer_check_id,
+                           isolation=isolation)
         progress = Progress(TextColumn(f"[bold]{request.config}[/bold] rollouts"), BarColumn(),
                             MofNCompleteColumn(), TimeElapsedColumn(), console=console or Console(stderr=True),
                             transient=True)
@@ -321,16 +338,16 @@ def run_and_record(request: EvalRequest, db_url: str | None = None, console: Con
                     config=request.config, model=request.model, base_url=request.base_url,
                     api_key_var=request.api_key_var, rollouts_per_item=request.rollouts_per_item,
                     max_concurrent=request.max_concurrent, export_dir=request.export_dir,
-                    sampling=request.sampling or None,
+                    sampling=request.sampling or None, allow_code_execution=request.allow_code_execution,
                     on_progress=lambda done, total: progress.update(task, completed=done, total=total),
                 )
         except Exception as exc:  # noqa: BLE001 - any crash is a failed run, recorded as such
             message = f"{type(exc).__name__}: {exc}"
             mark_failed(factory, run_id, message)
-            return EvalSummary(run_id, "failed", message, 0, time.perf_counter() - started, [])
+            return EvalSummary(run_id, "failed", message, 0, time.perf_counter() - started, [], isolation)
         rows = outcome.rollouts
         status = finish_run(factory, run_id, rows, versions)
         error = None if status == "complete" else failure_summary(rows)
-        return EvalSummary(run_id, status, error, len(rows), time.perf_counter() - started, rows)
+        return EvalSummary(run_id, status, error, len(rows), time.perf_counter() - started, rows, isolation)
     finally:
         engine.dispose()

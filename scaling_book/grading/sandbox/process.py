@@ -6,6 +6,7 @@ see ``scaling_book.grading.sandbox`` for the whole contract.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import selectors
 import shutil
@@ -110,13 +111,62 @@ def _remove_files_of(uid: int) -> None:
                 continue
 
 
-def _cleanup(proc: subprocess.Popen, uid: int | None, token: str, mode: str) -> None:
+#: Seconds to wait for a run's PID namespace to be torn down after its init was killed (it returns as
+#: soon as the kernel has reaped every process in it; the bound only guards against a hung kernel).
+NAMESPACE_TEARDOWN_S = 10.0
+
+
+def _sandbox_init_pidfd(info_read: int, bwrap_pid: int, deadline: float) -> int | None:
+    """A pidfd of the sandbox's init (PID 1 of the run's PID namespace), from bwrap's ``--info-fd``
+    report (``{"child-pid": N, ...}``), or None. Checked to be a child of ``bwrap_pid`` once opened,
+    so a recycled pid is never taken for it."""
+    data = bytearray()
+    with selectors.DefaultSelector() as sel:
+        sel.register(info_read, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            chunk = os.read(info_read, 4096)
+            if not chunk:
+                break
+            data += chunk
+    match = re.search(rb'"child-pid"\s*:\s*(\d+)', data)
+    if match is None:
+        return None
+    pid = int(match.group(1))
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None  # already gone
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            ppid = next((line.split()[1] for line in f if line.startswith(b"PPid:")), b"")
+    except OSError:
+        ppid = b""
+    if ppid != str(bwrap_pid).encode():
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
+def _cleanup(proc: subprocess.Popen, uid: int | None, token: str, mode: str, init_pidfd: int | None) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
     if mode == "bwrap":
-        pass  # the run's PID namespace dies with its first process: nothing can outlive it
+        # bwrap exits as soon as the submission's process does, while the namespace's init lives on
+        # with any background processes (until --die-with-parent's signal reaches it, asynchronously).
+        # Kill the init ourselves and wait until its pidfd reports the exit: the kernel reaps every
+        # other process of the namespace before its init can exit, so then nothing of the run is left.
+        if init_pidfd is not None:
+            try:
+                signal.pidfd_send_signal(init_pidfd, signal.SIGKILL)
+            except OSError:
+                pass  # already exited
+            with selectors.DefaultSelector() as sel:
+                sel.register(init_pidfd, selectors.EVENT_READ)
+                sel.select(timeout=NAMESPACE_TEARDOWN_S)
     elif uid is not None:
         _kill_by(lambda pid: _uid_of(pid) == uid)
         _remove_files_of(uid)
@@ -202,23 +252,35 @@ def run_function(source: str, function_name: str, args_list: list[list], timeout
             "PYTHONHASHSEED": "0",
             "SCALING_BOOK_RUN": token,
         }
-        inputs_fd = None
+        inputs_fd = info_read = info_write = None
+        pass_fds: tuple[int, ...] = ()
         if mode == "bwrap":
             inputs_fd = os.open(inputs, os.O_RDONLY)
+            info_read, info_write = os.pipe()
             cmd = bwrap_command(workdir, python, drop_uid, inputs_fd)
+            cmd[1:1] = ["--info-fd", str(info_write)]
+            pass_fds = (inputs_fd, info_write)
         else:
             cmd = [python, "-I", "-S", "-c", RUNNER]
         try:
             proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True, close_fds=True,
-                                    pass_fds=() if inputs_fd is None else (inputs_fd,))
+                                    start_new_session=True, close_fds=True, pass_fds=pass_fds)
         except OSError as e:
+            if info_read is not None:
+                os.close(info_read)
             return SandboxResult("error", None, f"could not start the child: {e}",
                                  time.monotonic() - start, mode)
         finally:
-            if inputs_fd is not None:
-                os.close(inputs_fd)
+            for fd in (inputs_fd, info_write):
+                if fd is not None:
+                    os.close(fd)
+        init_pidfd = None
+        if info_read is not None:
+            try:
+                init_pidfd = _sandbox_init_pidfd(info_read, proc.pid, start + timeout_s)
+            finally:
+                os.close(info_read)
 
         out, err = bytearray(), bytearray()
         timed_out = flooded = False
@@ -273,7 +335,9 @@ def run_function(source: str, function_name: str, args_list: list[list], timeout
             sel.close()
             if pidfd is not None:
                 os.close(pidfd)
-            _cleanup(proc, uid, token, mode)
+            _cleanup(proc, uid, token, mode, init_pidfd)
+            if init_pidfd is not None:
+                os.close(init_pidfd)
             proc.stdout.close()
             proc.stderr.close()
         duration = time.monotonic() - start
