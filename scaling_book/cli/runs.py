@@ -12,6 +12,7 @@ from scaling_book.cli.app import (
     EXIT_CONTENT,
     EXIT_EVAL_FAILED,
     EXIT_MISSING,
+    EXIT_USAGE,
     DbOption,
     ExportOption,
     app,
@@ -78,7 +79,6 @@ def transfer_check_command(
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint label.")] = None,
     step: Annotated[Optional[int], typer.Option("--step", help="Training step of the checkpoint.")] = None,
     max_concurrent: Annotated[int, typer.Option("--max-concurrent", min=1, help="Rollouts in flight at once.")] = 8,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
     allow_unisolated_code: Annotated[bool, typer.Option("--allow-unisolated-code", help="Run code submissions even without isolation (no working bwrap): NOT a sandbox.")] = False,
     db: DbOption = None,
     export_from: ExportOption = None,
@@ -99,7 +99,7 @@ def transfer_check_command(
     check_endpoint(base_url, api_key_var)
     started = time.perf_counter()
     try:
-        result = run_transfer_check(request, db_url=db, seed=seed, console=err)
+        result = run_transfer_check(request, db_url=db, console=err)
     except MissingExport as exc:
         err.print(f"[bold red]{exc}[/bold red]")
         raise typer.Exit(EXIT_MISSING) from None
@@ -108,19 +108,28 @@ def transfer_check_command(
                   highlight=False)
         raise typer.Exit(EXIT_EVAL_FAILED)
     print_transfer_check(console, result, model, checkpoint, step)
-    console.print(f"took {time.perf_counter() - started:.1f} s (bootstrap seed {seed})")
+    console.print(f"took {time.perf_counter() - started:.1f} s")
 
 
 @app.command()
 def history(
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Only this model's checkpoints.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of accuracy and gap against step.")] = None,
+    metric: Annotated[str, typer.Option("--metric", help="Gap drawn in the plot's lower panel: "
+                                        "gap or matched-grader-gap.")] = "gap",
     db: DbOption = None,
 ) -> None:
-    """The table of completed transfer checks (step, train, held-out, gap, matched gap, intervals)."""
-    from scaling_book.runs.history import plot_history, transfer_history
+    """The table of completed transfer checks (step, train, held-out, gap, matched gap, intervals).
+
+    `--plot` draws one colour per model against training step; checks without a step are listed, not plotted.
+    """
+    from scaling_book.runs.history import transfer_history
+    from scaling_book.runs.plot import METRICS, plot_history, unplaced
     from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
 
+    if metric not in METRICS:
+        err.print(f"[bold red]unknown --metric {metric!r}[/bold red]; choose one of {', '.join(METRICS)}")
+        raise typer.Exit(EXIT_USAGE)
     require_store(db)
     upgrade_to_head(db)
     engine = make_engine(db)
@@ -131,8 +140,16 @@ def history(
         raise typer.Exit(EXIT_MISSING)
     print_history(console, rows)
     if plot is not None:
+        stepless = unplaced(rows)
+        if stepless:
+            err.print(f"not plotted ({len(stepless)} checks without --step): transfer checks "
+                      + ", ".join(f"#{r.transfer_check_id} ({r.model})" for r in stepless), highlight=False)
+        if len(stepless) == len(rows):
+            err.print("[bold red]nothing to plot[/bold red]: no check has a training step "
+                      "(run transfer-check with --step)")
+            raise typer.Exit(EXIT_MISSING)
         plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_history(rows, plot)
+        plot_history(rows, plot, metric)
         console.print(f"plot written to {plot}")
 
 

@@ -1,5 +1,5 @@
 """The transfer arithmetic: train vs held-out accuracy, the gap, per-grader and matched-grader gaps,
-and bootstrap confidence intervals.
+and their confidence intervals.
 
 All accuracies are of the binary `exact` metric, as fractions in [0, 1]; gaps are in percentage
 points (train minus held-out, so a positive gap means the model does worse on the held-out GPU half).
@@ -10,16 +10,27 @@ points (train minus held-out, so a positive gap means the model does worse on th
   graders present in both halves, with weights w_g = (train items of grader g) / (train items of those
   graders), matched gap = 100 * sum_g w_g * (train_acc_g - heldout_acc_g). A grader present in one half
   only cannot be reweighted; it is listed in `unmatched` and left out of the matched gap only.
-- **Intervals** are 95% percentile bootstrap intervals: each replicate resamples items with
-  replacement within each (half, grader) stratum — the grader mix is fixed by the dataset's design,
-  not sampled — and, within each drawn item, resamples its rollouts with replacement. Seeded, so the
-  same seed gives the same intervals. The nested resampling counts within-item noise twice, so the
-  intervals are conservative (up to about sqrt(2) wider than needed when items are alike;
-  tests/test_transfer_check.py measures this).
+- **Intervals** (95%) stay honest at 0% and 100%, where a percentile bootstrap collapses to a point
+  (every resample of all-wrong items is all wrong: "0.0% [0.0, 0.0]" from 28 items):
+  - each half: the Wilson score interval (Wilson 1927; Brown, Cai & DasGupta 2001, "Interval
+    estimation for a binomial proportion", Statistical Science 16:101-133) of the mean of item means,
+    with n = the effective number of items (`effective_items`: the item count with one rollout per
+    item; with several rollouts, p(1-p) / variance of the mean, between the item and rollout counts,
+    as Korn & Graubard 1998 do for clustered proportions);
+  - the gap: Newcombe's hybrid score interval (Newcombe 1998, "Interval estimation for the
+    difference between independent proportions", Statistics in Medicine 17:873-890, method 10) from
+    the two halves' Wilson intervals;
+  - the matched-grader gap: its generalisation to a weighted sum of differences, MOVER (Zou & Donner
+    2008, "Construction of confidence limits about effect measures", Statistics in Medicine
+    27:1693-1702), from per-grader Wilson intervals.
+  None of these is random: the same rollouts always give the same intervals.
+  tests/test_transfer_check.py measures their coverage at accuracies 0, 5%, 50%, 95% and 100%.
+- `paired_difference` (the `compare` command) keeps a seeded percentile bootstrap over items.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,6 +39,7 @@ import numpy as np
 
 DEFAULT_BOOTSTRAP_REPLICATES = 2000
 CONFIDENCE = 0.95
+Z_95 = 1.959963984540054   # the standard normal's 97.5% quantile
 
 
 @dataclass(frozen=True)
@@ -41,7 +53,7 @@ class ScoredRollout:
 
 @dataclass(frozen=True)
 class Interval:
-    """A 95% bootstrap interval, in the unit of the quantity it bounds (fraction in [0, 1] for an
+    """A 95% confidence interval, in the unit of the quantity it bounds (fraction in [0, 1] for an
     accuracy, percentage points for a gap)."""
 
     low: float
@@ -83,7 +95,6 @@ class TransferReport:
     heldout_interval: Interval
     gap_interval: Interval
     matched_gap_interval: Interval | None
-    seed: int
     unmatched: dict[str, str] = field(default_factory=dict)
 
 
@@ -120,32 +131,67 @@ def _matched(train: dict[str, list[np.ndarray]], heldout: dict[str, list[np.ndar
     return 100.0 * sum(len(train[g]) / total * (train_acc_by_grader[g] - heldout_acc_by_grader[g]) for g in common)
 
 
-def _resampled_grader_means(items: list[np.ndarray], rng: np.random.Generator, replicates: int) -> np.ndarray:
-    """(replicates,) bootstrap means of one stratum: items drawn with replacement, then rollouts within."""
+def wilson_interval(accuracy: float, n: float) -> Interval:
+    """The 95% Wilson score interval of a proportion `accuracy` (in [0, 1]) observed on `n` trials.
+
+    `n` may be an effective sample size (not a whole number). Raises ValueError for n <= 0.
+    """
+    if n <= 0:
+        raise ValueError(f"a Wilson interval needs n > 0 trials, got {n}")
+    z2 = Z_95 * Z_95
+    centre = (accuracy + z2 / (2 * n)) / (1 + z2 / n)
+    half_width = Z_95 * math.sqrt(accuracy * (1 - accuracy) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    # Exactly 0 (1) at an accuracy of 0 (1), as in exact arithmetic; rounding would leave ~1e-18.
+    low = 0.0 if accuracy == 0.0 else max(0.0, centre - half_width)
+    high = 1.0 if accuracy == 1.0 else min(1.0, centre + half_width)
+    return Interval(low, high)
+
+
+def effective_items(items: list[np.ndarray]) -> float:
+    """Effective sample size of the mean of item means: p(1-p) / var(mean), within [items, rollouts].
+
+    One rollout per item gives exactly the item count (the binomial case). With several rollouts per
+    item, the between-item variance of the item means says how much they add: items that are alike
+    approach the rollout count, items that are all-or-nothing stay at the item count. Where the
+    variance is zero (every item mean equal, e.g. accuracy 0 or 1) there is no evidence either way
+    and the item count is used.
+    """
     n = len(items)
-    lengths = np.array([len(o) for o in items])
-    width = int(lengths.max())
-    padded = np.zeros((n, width))
-    for i, outcomes in enumerate(items):
-        padded[i, : len(outcomes)] = outcomes
-    picked = rng.integers(0, n, size=(replicates, n))                      # which items
-    picked_lengths = lengths[picked]                                        # (R, n)
-    draws = rng.random((replicates, n, width))                              # rollout draws within each item
-    rollout_index = np.floor(draws * picked_lengths[..., None]).astype(int)  # (R, n, width), < length
-    values = padded[picked[..., None], rollout_index]                       # (R, n, width)
-    mask = np.arange(width)[None, None, :] < picked_lengths[..., None]
-    item_means = (values * mask).sum(axis=2) / picked_lengths
-    return item_means.mean(axis=1)
+    rollouts = float(sum(len(o) for o in items))
+    means = np.array([o.mean() for o in items])
+    p = float(means.mean())
+    if n < 2 or rollouts == n:
+        return float(n)
+    variance_of_mean = float(means.var(ddof=1)) / n
+    if variance_of_mean == 0.0 or p in (0.0, 1.0):
+        return float(n)
+    return float(min(rollouts, max(n, p * (1 - p) / variance_of_mean)))
 
 
-def _interval(samples: np.ndarray) -> Interval:
+def _half_interval(strata: dict[str, list[np.ndarray]]) -> Interval:
+    items = [outcomes for group in strata.values() for outcomes in group]
+    return wilson_interval(_accuracy(strata), effective_items(items))
+
+
+def mover_interval(terms: list[tuple[float, float, Interval, float, Interval]]) -> Interval:
+    """95% MOVER interval (Zou & Donner 2008) of sum_k w_k * (a_k - b_k), w_k >= 0 (w = 100 gives points for fractions a, b).
+
+    Each term is (w_k, a_k, interval of a_k, b_k, interval of b_k); the a's and b's are independent. With
+    one term of weight 1 and Wilson intervals this is Newcombe's (1998) hybrid score interval.
+    """
+    estimate = sum(w * (a - b) for w, a, _, b, _ in terms)
+    below = math.sqrt(sum((w * (a - ia.low)) ** 2 + (w * (ib.high - b)) ** 2 for w, a, ia, b, ib in terms))
+    above = math.sqrt(sum((w * (ia.high - a)) ** 2 + (w * (b - ib.low)) ** 2 for w, a, ia, b, ib in terms))
+    return Interval(estimate - below, estimate + above)
+
+
+def _percentile_interval(samples: np.ndarray) -> Interval:
     alpha = (1.0 - CONFIDENCE) / 2.0
     low, high = np.quantile(samples, [alpha, 1.0 - alpha])
     return Interval(float(low), float(high))
 
 
-def transfer_report(train: Iterable[ScoredRollout], heldout: Iterable[ScoredRollout], *, seed: int = 0,
-                    replicates: int = DEFAULT_BOOTSTRAP_REPLICATES) -> TransferReport:
+def transfer_report(train: Iterable[ScoredRollout], heldout: Iterable[ScoredRollout]) -> TransferReport:
     """The transfer report of a train run and a held-out run (each: every rollout of its half).
 
     Raises ValueError if either half has no rollouts.
@@ -165,33 +211,26 @@ def transfer_report(train: Iterable[ScoredRollout], heldout: Iterable[ScoredRoll
     unmatched = {row.grader: row.status for row in per_grader if row.status != "both"}
     matched = _matched(train_strata, heldout_strata, train_by_grader, heldout_by_grader)
 
-    rng = np.random.default_rng(seed)
-    boot: dict[str, dict[str, np.ndarray]] = {"train": {}, "heldout": {}}
-    for half, strata in (("train", train_strata), ("heldout", heldout_strata)):
-        for grader in sorted(strata):
-            boot[half][grader] = _resampled_grader_means(strata[grader], rng, replicates)
-
-    def half_accuracy(half: str, strata: dict[str, list[np.ndarray]]) -> np.ndarray:
-        total = sum(len(items) for items in strata.values())
-        return sum(boot[half][g] * len(strata[g]) / total for g in strata)
-
-    train_boot, heldout_boot = half_accuracy("train", train_strata), half_accuracy("heldout", heldout_strata)
+    train_interval, heldout_interval = _half_interval(train_strata), _half_interval(heldout_strata)
+    gap = mover_interval([(100.0, train_accuracy, train_interval, heldout_accuracy, heldout_interval)])
     matched_interval = None
     if matched is not None:
         common = sorted(set(train_strata) & set(heldout_strata))
         total = sum(len(train_strata[g]) for g in common)
-        matched_boot = 100.0 * sum(len(train_strata[g]) / total * (boot["train"][g] - boot["heldout"][g])
-                                   for g in common)
-        matched_interval = _interval(matched_boot)
+        matched_interval = mover_interval([
+            (100.0 * len(train_strata[g]) / total,
+             train_by_grader[g], wilson_interval(train_by_grader[g], effective_items(train_strata[g])),
+             heldout_by_grader[g], wilson_interval(heldout_by_grader[g], effective_items(heldout_strata[g])))
+            for g in common
+        ])
     return TransferReport(
         train_accuracy=train_accuracy, heldout_accuracy=heldout_accuracy,
         train_items=sum(len(v) for v in train_strata.values()),
         heldout_items=sum(len(v) for v in heldout_strata.values()),
         train_rollouts=len(train_rollouts), heldout_rollouts=len(heldout_rollouts),
         gap_points=100.0 * (train_accuracy - heldout_accuracy), matched_gap_points=matched, per_grader=per_grader,
-        train_interval=_interval(train_boot), heldout_interval=_interval(heldout_boot),
-        gap_interval=_interval(100.0 * (train_boot - heldout_boot)), matched_gap_interval=matched_interval,
-        seed=seed, unmatched=unmatched,
+        train_interval=train_interval, heldout_interval=heldout_interval,
+        gap_interval=gap, matched_gap_interval=matched_interval, unmatched=unmatched,
     )
 
 
@@ -205,4 +244,4 @@ def paired_difference(run_a: dict[str, list[float]], run_b: dict[str, list[float
     diffs = np.array([np.mean(run_b[i]) - np.mean(run_a[i]) for i in common]) * 100.0
     rng = np.random.default_rng(seed)
     picked = rng.integers(0, len(diffs), size=(replicates, len(diffs)))
-    return float(diffs.mean()), _interval(diffs[picked].mean(axis=1))
+    return float(diffs.mean()), _percentile_interval(diffs[picked].mean(axis=1))

@@ -1,4 +1,4 @@
-"""Reading run history back: completed transfer checks from the `transfer_gap` view, and their plot."""
+"""Reading run history back: completed transfer checks from the `transfer_gap` view (plotted by runs/plot.py)."""
 
 from __future__ import annotations
 
@@ -50,49 +50,6 @@ def transfer_history(factory: sessionmaker[Session], model: str | None = None) -
         )
         for r in rows
     ]
-
-
-def plot_history(rows: list[CheckpointRow], path) -> None:
-    """Write a PNG: train and held-out accuracy (%) and the gap (points) against training step, with
-    95% interval bands. Checks without a step are placed by their order. Raises ValueError with no rows."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if not rows:
-        raise ValueError("no completed transfer checks to plot")
-    xs = [r.step if r.step is not None else i for i, r in enumerate(rows)]
-    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6.5), constrained_layout=True)
-    for label, values, intervals, colour in (
-        ("train (TPU chapters 1-8)", [r.train_accuracy for r in rows], [r.train_ci for r in rows], "tab:blue"),
-        ("held-out (GPU chapter 12)", [r.heldout_accuracy for r in rows], [r.heldout_ci for r in rows], "tab:orange"),
-    ):
-        top.plot(xs, [100 * v for v in values], marker="o", label=label, color=colour)
-        top.fill_between(xs, [100 * lo for lo, _ in intervals], [100 * hi for _, hi in intervals], alpha=0.2,
-                         color=colour)
-    top.set_ylabel("exact accuracy (%)")
-    top.set_ylim(-2, 102)
-    top.legend(loc="best")
-    top.set_title(f"Transfer across checkpoints: {rows[0].model}" if len({r.model for r in rows}) == 1
-                  else "Transfer across checkpoints")
-    bottom.plot(xs, [r.gap_points for r in rows], marker="o", color="tab:red", label="gap (train - held-out)")
-    bottom.fill_between(xs, [r.gap_ci[0] for r in rows], [r.gap_ci[1] for r in rows], alpha=0.2, color="tab:red")
-    matched = [(x, r) for x, r in zip(xs, rows, strict=True) if r.matched_gap_points is not None]
-    if matched:
-        bottom.plot([x for x, _ in matched], [r.matched_gap_points for _, r in matched], marker="s",
-                    linestyle="--", color="tab:purple", label="matched-grader gap")
-    bottom.axhline(0, color="grey", linewidth=0.8)
-    low, high = bottom.get_ylim()
-    if high - low < 10:   # a flat gap: show +-5 points rather than float noise
-        middle = (high + low) / 2
-        bottom.set_ylim(middle - 5, middle + 5)
-    bottom.set_ylabel("gap (points)")
-    bottom.set_xlabel("training step" if all(r.step is not None for r in rows)
-                      else "training step (checks without a step placed by their order)")
-    bottom.legend(loc="best")
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 def list_runs(factory: sessionmaker[Session], model: str | None = None, limit: int = 20) -> list[tuple]:

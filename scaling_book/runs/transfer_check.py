@@ -50,7 +50,7 @@ def scored_rollouts(factory, run_id: int) -> list[ScoredRollout]:
         return [ScoredRollout(r.item_id, r.grader, float(r.exact)) for r in rows]
 
 
-def run_transfer_check(request: EvalRequest, db_url: str | None = None, seed: int = 0,
+def run_transfer_check(request: EvalRequest, db_url: str | None = None,
                        console: Console | None = None) -> TransferCheckResult:
     """Evaluate `request` (its `config` is ignored) on train and heldout and store the transfer check.
 
@@ -70,7 +70,7 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None, seed: in
                 sampling_json=json.dumps({"rollouts_per_item": request.rollouts_per_item,
                                           "max_concurrent": request.max_concurrent, **request.sampling},
                                          sort_keys=True),
-                status="running", seed=seed,
+                status="running",
             )
             session.add(check)
             session.flush()
@@ -95,7 +95,7 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None, seed: in
                 check.error = "; ".join(f"{half} run {runs[half].run_id}: {runs[half].error}" for half in failed)
                 return TransferCheckResult(check_id, "failed", runs, None, check.error)
             report = transfer_report(scored_rollouts(factory, runs["train"].run_id),
-                                     scored_rollouts(factory, runs["heldout"].run_id), seed=seed)
+                                     scored_rollouts(factory, runs["heldout"].run_id))
             check.train_accuracy, check.heldout_accuracy = report.train_accuracy, report.heldout_accuracy
             check.train_ci_low, check.train_ci_high = report.train_interval.low, report.train_interval.high
             check.heldout_ci_low, check.heldout_ci_high = report.heldout_interval.low, report.heldout_interval.high

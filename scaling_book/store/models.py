@@ -271,7 +271,8 @@ class TransferCheck(Base):
     dataset_hash: Mapped[str] = mapped_column(String(64))
     sampling_json: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(10))
-    seed: Mapped[int] = mapped_column(Integer)
+    # Seed of the bootstrap intervals of checks made before revision 0005; NULL since (score intervals).
+    seed: Mapped[int | None] = mapped_column(Integer)
     train_accuracy: Mapped[float | None] = mapped_column(Float)
     train_ci_low: Mapped[float | None] = mapped_column(Float)
     train_ci_high: Mapped[float | None] = mapped_column(Float)
