@@ -4,7 +4,8 @@ commands run before calling the module that owns a step.
 Exit codes: 0 success; 1 the seed or the gate refused the content (nothing exported), or a rescore
 over changed items; 2 usage error (bad option, bad database URL); 3 an evaluation failed (a rollout
 errored or the endpoint was unreachable; the run is stored as failed); 4 something to read is missing
-(no export, no store, no such run, no history).
+(no export, no store, no such run, no history); 5 a database error at run time (server unreachable,
+database missing or locked, a store at a schema revision this version does not know).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ EXIT_CONTENT = 1
 EXIT_USAGE = 2
 EXIT_EVAL_FAILED = 3
 EXIT_MISSING = 4
+EXIT_DATABASE = 5
 
 app = typer.Typer(
     help="scaling-book: build the item store from seed/, gate and export it, evaluate models and track "
