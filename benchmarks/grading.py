@@ -28,7 +28,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from scaling_book import sandbox  # noqa: E402
+from scaling_book.grading import sandbox  # noqa: E402
 from scaling_book.grading import (
     formula,  # noqa: E402
     grade,  # noqa: E402
@@ -137,12 +137,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--export", type=Path, default=REPO_ROOT / "build" / "export")
     parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--only", choices=["code", "formula", "numeric"], default=None,
+                        help="run one benchmark only")
     args = parser.parse_args()
     rows = load_rows(args.export)
     print(f"isolation mode: {sandbox.isolation_mode()}; {len(rows)} items")
-    bench_code(rows, args.repeats)
-    bench_formula(rows)
-    bench_numeric(rows)
+    if args.only in (None, "code"):
+        bench_code(rows, args.repeats)
+    if args.only in (None, "formula"):
+        bench_formula(rows)
+    if args.only in (None, "numeric"):
+        bench_numeric(rows)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The graders: one pure function of (item info, response) per grader type, and a dispatcher.
 
 ``grade(info, response)`` reads the final answer with the one extraction rule in ``extract`` and
-dispatches on ``info["grader"]``: ``numeric``, ``numeric_multi`` (``numeric``), ``mcq`` (``mcq``),
+applies the one character policy of every grader (``extract.normalise_unicode``: NFKC, then ASCII
+digits only) and dispatches on ``info["grader"]``: ``numeric``, ``numeric_multi`` (``numeric``), ``mcq`` (``mcq``),
 ``formula`` (``formula``) and ``code`` (``code``, which runs the sandbox). It never raises and never
 returns NaN: a grader error scores 0 with the error in ``reason``.
 """
@@ -13,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scaling_book.grading.extract import extract_answer, extract_code
+from scaling_book.grading.extract import extract_answer, extract_code, normalise_unicode
 
 __all__ = ["GRADER_VERSION", "GRADERS", "Grade", "grade"]
 
 #: Bump when grading behaviour changes; stored on every eval run.
-GRADER_VERSION = "1.1.0"
+GRADER_VERSION = "2.0.0"
 
 GRADERS = ("numeric", "numeric_multi", "mcq", "formula", "code")
 
@@ -70,6 +71,11 @@ def grade(info: Mapping[str, Any], response: str, *, allow_code_execution: bool 
                 info, extracted, allow_code_execution=allow_code_execution, code_timeout_s=code_timeout_s)
             return _finish(correctness, exact, formatted, reason, extracted)
         extracted = extract_answer(response)
+        if extracted is not None and kind in ("numeric", "numeric_multi", "mcq", "formula"):
+            normalised, problem = normalise_unicode(extracted)
+            if problem:
+                return _finish(0.0, False, False, problem, extracted)
+            extracted = normalised
         if kind == "numeric":
             from scaling_book.grading.numeric import grade_numeric as fn
         elif kind == "numeric_multi":
