@@ -339,8 +339,10 @@ CEIL = {"grader": "formula", "formula_answer": "ceil(N/8)", "formula_symbols": [
     (FORMULA, "T/(8*D) + floor(T/10000)"),  # T = 20000: off by 2 (every real sample point is below 1000)
 ])
 def test_formula_floor_and_ceiling_are_also_compared_at_integer_points(item, written):
+    # N = 10^6, the top of a count's range, is a multiple of 8; the last answer uses floor where the
+    # gold does not and is refused before any comparison
     g = grade(item, ans(written))
-    assert g.correctness == 0.0 and "integer sample point" in g.reason, g.reason
+    assert g.correctness == 0.0 and ("sample point" in g.reason or "non-smooth" in g.reason), g.reason
 
 
 def test_formula_ceiling_forms_that_agree_at_integers_still_pay():

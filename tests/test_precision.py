@@ -161,3 +161,78 @@ def test_numeric_mcq_and_formula_share_one_digit_policy(info, fullwidth, arabic_
     assert grade(info, ans(fullwidth)).correctness == 1.0        # NFKC makes it ASCII
     g = grade(info, ans(arabic_indic))
     assert g.correctness == 0.0 and "non-ASCII digit" in g.reason
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. formula equivalence over the domain the item lives in
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("written,reason_part", [
+    ("min(B, 10000)*n", "non-smooth"),              # = B*n only for B <= 10000
+    ("B*n + max(0, B - 5000)", "non-smooth"),       # = B*n only for B <= 5000
+    ("abs(B)*n", "non-smooth"),
+    ("n = B*n", "not a label"),                     # a claim about n, true only for B = 1
+    ("B = B*n", "not a label"),
+    ("B*n + B/1e12", "different rational function"),  # 1e-12 relative: a sampling check at 1e-9 paid it
+    ("B*n*(1 + 1e-8)", "different rational function"),
+    ("B*n + sqrt(B)/1e15", "not equivalent"),       # not a rational function: sampling at 1e-20 decides
+])
+def test_formula_sharp_switch_traffic_refuses_wrong_forms(items, written, reason_part):
+    g = grade(items["ch12-sharp-switch-traffic"], ans(written))  # gold B*n
+    assert g.correctness == 0.0 and reason_part in g.reason, g.reason
+
+
+@pytest.mark.parametrize("written", ["B*n", "n*B", "B n", "x = B*n", r"$B \cdot n$", "(B*n^2)/n"])
+def test_formula_sharp_switch_traffic_pays_equivalents(items, written):
+    assert grade(items["ch12-sharp-switch-traffic"], ans(written)).correctness == 1.0
+
+
+@pytest.mark.parametrize("written,credit", [
+    ("C p/16W", 0.0),            # (C p/16) W or C p/(16 W)? refused as ambiguous
+    ("C p/(16W)", 1.0),
+    (r"\frac{C p}{16 W}", 1.0),
+    ("C/W * p/16", 1.0),         # explicit operators: (C/W)*p/16
+    ("C p / 16 / W", 1.0),
+    ("C*p/16*W", 0.0),           # explicit, and wrong: C p W / 16
+])
+def test_formula_implicit_product_after_division(items, written, credit):
+    g = grade(items["ch07-bcrit-weight-bits"], ans(written))  # gold C*p/(16*W)
+    assert g.correctness == credit, g.reason
+    if written == "C p/16W":
+        assert "ambiguous" in g.reason
+
+
+LOG = {"grader": "formula", "formula_answer": "T*log2(N)", "formula_symbols": ["T", "N"], "formula_equivalents": []}
+
+
+@pytest.mark.parametrize("written,credit", [
+    ("T*log2(N)", 1.0), ("log2(N) T", 1.0), ("T*log(N)/log(2)", 1.0), ("T*log10(N)/log10(2)", 1.0),
+    ("T*ln(N)", 0.0), ("T*log10(N)", 0.0), ("2*T*log2(N)", 0.0),
+])
+def test_formula_log2_and_log10_work(written, credit):
+    assert grade(LOG, ans(written)).correctness == credit
+
+
+def test_formula_min_is_allowed_when_the_gold_uses_it():
+    item = {"grader": "formula", "formula_answer": "min(B, C/W)", "formula_symbols": ["B", "C", "W"],
+            "formula_equivalents": []}
+    assert grade(item, ans("Min(C/W, B)")).correctness == 1.0
+    # B vs C/W: C/W ranges over 1e-1 .. 1e7 and B over 1 .. 1e7, so a point with B > C/W exists
+    assert grade(item, ans("B")).correctness == 0.0
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. format reward for code
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body,formatted", [
+    ("pass", False),                                              # compiles, defines nothing
+    ("def other(*args):\n    return 0", False),                   # not the item's function
+    ("class C:\n    def ici_hops(self):\n        return 0", False),  # not at top level
+    ("ici_hops = lambda *a: 0", False),                           # not a def
+    ("def ici_hops(*args):\n    return", True),
+    ("def ici_hops(*args:\n    return 0", False),                 # does not compile
+])
+def test_code_format_reward_needs_the_function_at_top_level(items, body, formatted):
+    g = grade(items["ch02-ici-hop-count"], f"```python\n{body}\n```", allow_code_execution=False)
+    assert g.formatted is formatted, g.reason

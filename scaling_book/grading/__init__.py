@@ -9,7 +9,9 @@ returns NaN: a grader error scores 0 with the error in ``reason``.
 
 from __future__ import annotations
 
+import ast
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +35,9 @@ class Grade:
     exact: bool
     """Full credit (correctness == 1.0)."""
     formatted: bool
-    """The response followed the answer format: a final answer block (or ```python block for code
-    items) whose content parses for this grader."""
+    """The response followed the answer format: a final answer block whose content parses for this
+    grader, or for code items a ```python block that compiles and defines the item's function with a
+    top-level ``def``."""
     reason: str
     """What was extracted and why it scored what it did (stored per rollout)."""
     extracted: str | None
@@ -66,7 +69,7 @@ def grade(info: Mapping[str, Any], response: str, *, allow_code_execution: bool 
 
             extracted = extract_code(response)
             formatted = (extracted is not None and len(extracted) <= code_grader.MAX_SOURCE_CHARS
-                         and _compiles(extracted))
+                         and _defines_function(extracted, str(info.get("code_function") or "")))
             correctness, exact, reason = code_grader.grade_code(
                 info, extracted, allow_code_execution=allow_code_execution, code_timeout_s=code_timeout_s)
             return _finish(correctness, exact, formatted, reason, extracted)
@@ -94,12 +97,20 @@ def grade(info: Mapping[str, Any], response: str, *, allow_code_execution: bool 
                        f"grader error ({kind}): {type(exc).__name__}: {str(exc)[:200]}", extracted)
 
 
-def _compiles(source: str) -> bool:
-    """Whether ``source`` is syntactically valid Python. Compiled to bytecode, never run; not
-    ``ast.parse``, whose AST-object construction is not thread-safe in CPython 3.11 (graders run in
-    threads)."""
+_AST_LOCK = threading.Lock()
+
+
+def _defines_function(source: str, function: str) -> bool:
+    """Whether ``source`` is valid Python that defines ``function`` with a top-level ``def`` (the code
+    format reward). Parsed, never run; under a lock, since CPython 3.11's AST-object construction is
+    not thread-safe (graders run in threads)."""
+    if not function:
+        return False
     try:
         compile(source, "<submission>", "exec", dont_inherit=True)
+        with _AST_LOCK:
+            tree = ast.parse(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError):
         return False
-    return True
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function
+               for node in tree.body)
