@@ -229,7 +229,10 @@ def test_formula_min_is_allowed_when_the_gold_uses_it():
     ("pass", False),                                              # compiles, defines nothing
     ("def other(*args):\n    return 0", False),                   # not the item's function
     ("class C:\n    def ici_hops(self):\n        return 0", False),  # not at top level
-    ("ici_hops = lambda *a: 0", False),                           # not a def
+    ("ici_hops = lambda *a: 0", True),                            # a function bound at top level
+    ("def hops_ref(*a):\n    return 0\nici_hops = hops_ref", True),   # an alias of a def
+    ("ici_hops = 0", False),                                      # not a function
+    ("if True:\n    def ici_hops(*a):\n        return 0", False),  # not at top level
     ("def ici_hops(*args):\n    return", True),
     ("def ici_hops(*args:\n    return 0", False),                 # does not compile
 ])

@@ -101,8 +101,8 @@ _AST_LOCK = threading.Lock()
 
 
 def _defines_function(source: str, function: str) -> bool:
-    """Whether ``source`` is valid Python that defines ``function`` with a top-level ``def`` (the code
-    format reward). Parsed, never run; under a lock, since CPython 3.11's AST-object construction is
+    """Whether ``source`` is valid Python that defines ``function`` at top level (the code format
+    reward): a ``def``, or an assignment of another name or a lambda to it (``f = f_ref``). Parsed, never run; under a lock, since CPython 3.11's AST-object construction is
     not thread-safe (graders run in threads)."""
     if not function:
         return False
@@ -112,5 +112,11 @@ def _defines_function(source: str, function: str) -> bool:
             tree = ast.parse(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError):
         return False
-    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function
-               for node in tree.body)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
+            return True
+        # an alias of a function defined above (`task_name = reference_name`) or a lambda
+        if (isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Lambda))
+                and any(isinstance(t, ast.Name) and t.id == function for t in node.targets)):
+            return True
+    return False

@@ -18,10 +18,16 @@ stages, and only the last one runs sympy:
    (``FORMULA_MEMORY_HEADROOM_BYTES`` above its size after importing sympy); an overrunning worker is
    killed and replaced. Nothing in this process evaluates the answer.
 
-Equivalence: expressions agree at random positive sample points to 1e-9 relative (with sympy's
-``simplify`` as a fallback when too few points are defined), and, when either side uses ``floor`` or
-``ceiling``, also at integer points (``floor(N/8) + 1`` equals ``ceil(N/8)`` at every non-integer
-``N/8`` but not for counts that divide evenly). Relations are split on the operator
+Equivalence (``sympy_worker.numerically_equal``): an exact verdict first, with every symbol positive
+(rational functions compared in canonical form, which decides either way; other expressions proved
+equal by ``simplify(a - b) == 0``); only when sympy cannot decide, agreement to 1e-20 relative at
+sample points drawn where the item's quantities live (per-symbol ranges by name convention, e.g.
+batch ``B`` 1..1e7, bandwidth ``W`` 1e9..1e13; log-uniform draws plus the ranges' ends), and, when
+either side uses ``floor`` or ``ceiling``, also at integer points. Before that, in this process: an
+answer may call a non-smooth function (``min``, ``max``, ``abs``, ``floor``, ``ceiling``) only when a
+gold form uses one of the same family; ``name = ...`` with a declared symbol as ``name`` is a claim
+and refused; an implicit product right after a division (``C p/16W``) is ambiguous and refused.
+Relations are split on the operator
 and normalised to ``D > 0`` or ``D >= 0`` with ``D`` = greater side minus lesser side, so ``B/X > R``
 and ``R < B/X`` are the same claim; strictness must match; the answer's ``D`` must equal the gold's or
 be a positive multiple of it; and a relation with no free symbols (``1 < 2``) never passes. An item's
@@ -38,7 +44,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scaling_book.grading.extract import strip_markup
-from scaling_book.grading.formula_process import (
+from scaling_book.grading.sympy_supervisor import (
     FORMULA_MEMORY_HEADROOM_BYTES,
     FormulaError,
     FormulaTimeout,

@@ -24,7 +24,8 @@ last <answer> block is read.
 - A formula: a plain expression or relation in the symbols the question names, using + - * / ^ \
 and parentheses (and <, <=, >, >= for a relation), e.g. <answer>T / (8 * D)</answer>.
 - Code: write the requested Python function in a final ```python fenced block (standard library \
-only, no printing, no input). Its return value is what is checked.
+only, no printing, no input), defined with a top-level def under the name the question gives. Its \
+return value is what is checked.
 
 Units rule: a number may carry any unit of the dimension the question asks for, written with SI \
 case (GB is gigabytes, Gb gigabits; ms milliseconds): for a question asked in GB/s, 2500, 2500 GB/s \
