@@ -124,6 +124,14 @@ def bench_formula(rows: list[dict]) -> None:
 def bench_numeric(rows: list[dict], seconds: float = 2.0) -> None:
     infos = [r["info"] for r in rows if r["info"]["grader"] in ("numeric", "numeric_multi")]
     responses = [f"Reasoning...\n<answer>{'; '.join(f'{t:.4g}' for t in i['targets'])}</answer>" for i in infos]
+    with_units = [f"<answer>{'; '.join(f'{t:.4g} {u}' for t, u in zip(i['targets'], i['units']))}</answer>"
+                  for i in infos]
+    start = time.perf_counter()
+    for info, response, response_u in zip(infos, responses, with_units):  # loads the unit registry once
+        grade(info, response)
+        grade(info, response_u)
+    print(f"numeric grading warm-up (one pass, with and without units; loads the pint registry): "
+          f"{time.perf_counter() - start:.2f} s")
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for info, response in zip(infos, responses):
@@ -131,18 +139,30 @@ def bench_numeric(rows: list[dict], seconds: float = 2.0) -> None:
         n += len(infos)
     rate = n / (time.perf_counter() - start)
     print(f"numeric grading: {rate:,.0f} rollouts/s over {len(infos)} numeric and numeric_multi items")
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for info, response in zip(infos, with_units):
+            grade(info, response)
+        n += len(infos)
+    rate = n / (time.perf_counter() - start)
+    print(f"numeric grading, every value with its unit: {rate:,.0f} rollouts/s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--export", type=Path, default=REPO_ROOT / "build" / "export")
     parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--only", choices=["code", "formula", "numeric"], default=None,
+                        help="run one benchmark only")
     args = parser.parse_args()
     rows = load_rows(args.export)
     print(f"isolation mode: {isolation.isolation_mode()} ({isolation.isolation_label()}); {len(rows)} items")
-    bench_code(rows, args.repeats)
-    bench_formula(rows)
-    bench_numeric(rows)
+    if args.only in (None, "code"):
+        bench_code(rows, args.repeats)
+    if args.only in (None, "formula"):
+        bench_formula(rows)
+    if args.only in (None, "numeric"):
+        bench_numeric(rows)
 
 
 if __name__ == "__main__":

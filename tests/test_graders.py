@@ -14,7 +14,8 @@ import pytest
 
 from scaling_book.grading import GRADER_VERSION, Grade, grade
 from scaling_book.grading.code import knowledge_free_baseline, test_passes
-from scaling_book.grading.extract import extract_answer, extract_code, parse_number
+from scaling_book.grading.extract import extract_answer, extract_code
+from scaling_book.grading.number import parse_number
 
 
 def numeric_item(target: float, tolerance: float, unit: str = "") -> dict:
@@ -78,7 +79,7 @@ def test_numeric_and_mcq_answer_blocks_longer_than_the_cap_fail_closed():
     "240", "240 FLOPs/byte", "240.0", "2.4e2", "2.4E+2", "2.4×10^2", "2.4 x 10^2", "2.4 * 10**2",
     r"$2.4 \times 10^{2}$", r"2.4 \cdot 10^{2}", "~240", "≈ 240", "about 240", "approximately 240 FLOPs/byte",
     "**240**", "*240*", r"\boxed{240}", r"\text{240 FLOPs/byte}", "$240$", "`240`", "Answer: 240",
-    "I = 240 FLOPs/byte", "240.", "240 (2.4e2)",
+    "I = 240 FLOPs/byte", "240.",
 ])
 def test_numeric_pays_for_written_forms_of_the_right_number(written):
     g = grade(numeric_item(240.0, 0.02, "FLOPs/byte"), ans(written))
@@ -99,7 +100,7 @@ def test_numeric_reads_separators_exponents_minus_signs_and_number_words(written
     ("240_000", 240000.0, ""),                             # Python digit grouping
     ("1_000_000_000_000", 1e12, ""),
     ("7.2×", 7.2, "ratio"),                                # "times", not an unfinished product
-    ("7.2× faster", 7.2, "ratio"),
+    ("7.2x", 7.2, "ratio"),
     ("2.4 hundred", 240.0, ""),
     ("2500 [GB/s]", 2500.0, "GB/s"),
     ("2500 GB/sec", 2500.0, "GB/s"),
@@ -117,14 +118,17 @@ def test_numeric_pays_for_more_written_forms(written, target, unit):
     ("240.5.5", 240.0, "", "malformed"),                   # was read as 240.5
     ("1.000.000.000.000", 1e12, "", "malformed"),          # was read as 1.0
     ("240_000", 240.0, "", "far from"),                    # 240000, not 240
-    ("2500 [MB/s]", 2500.0, "GB/s", "MB/s"),               # a bracket hid the prefix
-    ("2500~MB/s", 2500.0, "GB/s", "MB/s"),                 # so did a LaTeX space
-    ("2500 (in MB/s)", 2500.0, "GB/s", "MB/s"),
-    ("2500 in MB/s", 2500.0, "GB/s", "MB/s"),
-    ("2500 GB/ms", 2500.0, "GB/s", "per 'ms'"),            # per millisecond is 1000x GB/s
-    ("240 FLOPs/kB", 240.0, "FLOPs/byte", "per 'kB'"),     # 0.24 FLOPs/byte
-    ("240 FLOPs/bit", 240.0, "FLOPs/byte", "per 'bit'"),   # 1920 FLOPs/byte
-    ("229 tokens/ms/chip", 229.0, "tokens/s/chip", "per 'ms'"),
+    # units are converted, not stripped: each of these is a factor of 1000 or 8 off
+    ("2500 [MB/s]", 2500.0, "GB/s", "far from"),           # 2.5 GB/s; a bracket does not hide the prefix
+    ("2500~MB/s", 2500.0, "GB/s", "far from"),             # nor does a LaTeX space
+    ("2500 (in MB/s)", 2500.0, "GB/s", "far from"),
+    ("2500 in MB/s", 2500.0, "GB/s", "far from"),
+    ("2500 GB/ms", 2500.0, "GB/s", "far from"),            # 2.5e6 GB/s
+    ("240 FLOPs/kB", 240.0, "FLOPs/byte", "far from"),     # 0.24 FLOPs/byte
+    ("240 FLOPs/bit", 240.0, "FLOPs/byte", "far from"),    # 1920 FLOPs/byte
+    ("229 tokens/ms/chip", 229.0, "tokens/s/chip", "far from"),  # 229,000 tokens/s/chip
+    ("7.2× faster", 7.2, "ratio", "unknown unit"),         # "7.2x slower" would read the same
+    ("240 (2.4e2)", 240.0, "FLOPs/byte", "stand alone"),   # a second number, even an equal one
 ])
 def test_numeric_refuses_ranges_malformed_numbers_and_hidden_unit_prefixes(written, target, unit, reason_part):
     g = grade(numeric_item(target, 0.02, unit), ans(written))
@@ -170,18 +174,23 @@ def test_numeric_wrong_sign_scores_zero():
     assert grade(numeric_item(5.0, 0.1), ans("-5")).correctness == 0.0
 
 
-def test_numeric_magnitude_prefixes_are_not_stripped():
-    g = grade(numeric_item(240.0, 0.02, "FLOPs/byte"), ans("0.24 kFLOPs/byte"))
-    assert g.correctness == 0.0 and "prefix" in g.reason
+def test_numeric_units_are_converted_with_their_case():
+    # 0.24 kFLOPs/byte = 240 FLOPs/byte; 2500 MB/s = 2.5 GB/s (1000x off); 2.5 TB/s = 2500 GB/s
+    assert grade(numeric_item(240.0, 0.02, "FLOPs/byte"), ans("0.24 kFLOPs/byte")).correctness == 1.0
     g = grade(numeric_item(2500.0, 0.02, "GB/s"), ans("2500 MB/s"))
-    assert g.correctness == 0.0 and "MB/s" in g.reason
+    assert g.correctness == 0.0 and "far from" in g.reason
     assert grade(numeric_item(2500.0, 0.02, "GB/s"), ans("2500 GB/s")).correctness == 1.0
-    assert grade(numeric_item(2500.0, 0.02, "GB/s"), ans("2.5 TB/s")).correctness == 0.0
+    assert grade(numeric_item(2500.0, 0.02, "GB/s"), ans("2.5 TB/s")).correctness == 1.0
     assert grade(numeric_item(1.2, 0.02, "s"), ans("1.2 ms")).correctness == 0.0
     assert grade(numeric_item(1.2, 0.02, "s"), ans("1.2 seconds")).correctness == 1.0
-    assert grade(numeric_item(16.0, 0.02, "GiB"), ans("16 GB")).correctness == 0.0
+    assert grade(numeric_item(1.2, 0.02, "s"), ans("1200 ms")).correctness == 1.0
+    # 16 GB = 16e9 / 2^30 GiB = 14.90 GiB: 6.9 % off, beyond the 6 % near-miss band, inside a factor of 2
+    assert grade(numeric_item(16.0, 0.02, "GiB"), ans("16 GB")).correctness == 0.1
     assert grade(numeric_item(3.0, 0.02, "us"), ans("3 µs")).correctness == 1.0
     assert grade(numeric_item(3.0, 0.02, "microseconds"), ans("3 us")).correctness == 1.0
+    # SI case: Ms is megaseconds (1e9 ms), mb millibits
+    assert grade(numeric_item(5.0, 0.02, "ms"), ans("5 Ms")).correctness == 0.0
+    assert grade(numeric_item(5.0, 0.02, "MB"), ans("5 mb")).correctness == 0.0
 
 
 def test_numeric_bare_magnitude_suffix_and_other_dimension_fail_closed():
@@ -203,8 +212,9 @@ def test_numeric_without_answer_block_scores_zero_and_is_unformatted():
     assert (g.correctness, g.formatted, g.extracted) == (0.0, False, None)
 
 
-def test_numeric_repeated_same_value_is_not_a_conflict():
-    assert grade(numeric_item(240.0, 0.02), ans("240 (i.e. 2.4e2)")).correctness == 1.0
+def test_numeric_repeated_same_value_is_still_a_second_number():
+    g = grade(numeric_item(240.0, 0.02), ans("240 (i.e. 2.4e2)"))
+    assert g.correctness == 0.0 and "stand alone" in g.reason
 
 
 # ------------------------------------------------------------------------------------------------
@@ -329,8 +339,10 @@ CEIL = {"grader": "formula", "formula_answer": "ceil(N/8)", "formula_symbols": [
     (FORMULA, "T/(8*D) + floor(T/10000)"),  # T = 20000: off by 2 (every real sample point is below 1000)
 ])
 def test_formula_floor_and_ceiling_are_also_compared_at_integer_points(item, written):
+    # N = 10^6, the top of a count's range, is a multiple of 8; the last answer uses floor where the
+    # gold does not and is refused before any comparison
     g = grade(item, ans(written))
-    assert g.correctness == 0.0 and "integer sample point" in g.reason, g.reason
+    assert g.correctness == 0.0 and ("sample point" in g.reason or "non-smooth" in g.reason), g.reason
 
 
 def test_formula_ceiling_forms_that_agree_at_integers_still_pay():

@@ -415,7 +415,8 @@ PAYLOADS = [
 # Refused by vetting (towers of constant powers), or passed to the worker and bounded there.
 HOSTILE_REFUSED = ["9**9**9**9", "2**30**5", "floor(10**10**10/T)", "T**(10**9)"]
 HOSTILE_BOUNDED = ["T" + "**T" * 90, "(T+D)**(T+D)**(T+D)**(T+D)**(T+D)**(T+D)**(T+D)**(T+D)",
-                   "(" * 90 + "T" + ")" * 90 + "**12345678"]
+                   "(" * 90 + "T" + ")" * 90 + "**12345678",
+                   "(T+D+1)**300*(T+2*D+3)**300"]  # exact comparison expands a degree-600 polynomial
 FORMULA_ITEM = {"grader": "formula", "formula_answer": "T/(8*D)", "formula_symbols": ["T", "D"],
                 "formula_equivalents": []}
 

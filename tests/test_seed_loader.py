@@ -71,6 +71,8 @@ def test_unknown_constant_names_file_item_and_field(seed: Path) -> None:
     ('target = "tpu_v5e.bf16_flops_per_s / tpu_v5e.hbm_bytes_per_s_as_in_ch1"', 'target = "float(\'nan\')"', "target"),
     ('target = "tpu_v5e.bf16_flops_per_s / tpu_v5e.hbm_bytes_per_s_as_in_ch1"', 'target = "1e308 * 10"', "target"),
     ('unit = "FLOPs/byte"', 'unit = "FLOPs/byte"\ncolour = "red"', "colour"),
+    ('unit = "FLOPs/byte"', 'unit = "FLOPs/bogounit"', "unit"),   # not in the grading unit registry
+    ('unit = "FLOPs/byte"', 'unit = "flops per Byte"', "unit"),   # case matters: Byte is not byte
 ])
 def test_bad_field_is_reported_by_name(seed: Path, replace: str, by: str, field: str) -> None:
     _write(seed, GOOD_NUMERIC.replace(replace, by))

@@ -218,13 +218,24 @@ class _ItemReader:
         getattr(self, f"_read_{grader}")(spec, reference_modules)
         return spec
 
+    def check_unit(self, unit: str, field_name: str) -> None:
+        """A numeric target's unit must parse in the grading unit registry (``grading/units.txt``)."""
+        from scaling_book.grading.units import UnitError, item_unit
+
+        try:
+            item_unit(unit)
+        except UnitError as exc:
+            self.issue(field_name, f"{exc}: not a unit of the grading registry (scaling_book/grading/units.txt)")
+
     def _read_numeric(self, spec: ItemSpec, _refs) -> None:
         spec.tolerance = self.tolerance()
         value = self.number(self.raw.get("target"), "target")
         if value is not None:
             spec.targets = [value]
             spec.target_expressions = [str(self.raw["target"])]
-        spec.units = [self.text("unit") or ""]
+        unit = self.text("unit") or ""
+        self.check_unit(unit, "unit")
+        spec.units = [unit]
 
     def _read_numeric_multi(self, spec: ItemSpec, _refs) -> None:
         spec.tolerance = self.tolerance()
@@ -235,6 +246,8 @@ class _ItemReader:
         if not isinstance(units, list) or len(units) != len(targets) or not all(isinstance(u, str) and u for u in units):
             self.issue("units", "must be a list of unit strings, one per target")
         else:
+            for position, unit in enumerate(units):
+                self.check_unit(unit, f"units[{position}]")
             spec.units = list(units)
         for position, expression in enumerate(targets):
             value = self.number(expression, f"targets[{position}]")

@@ -1,24 +1,27 @@
 """The graders: one pure function of (item info, response) per grader type, and a dispatcher.
 
 ``grade(info, response)`` reads the final answer with the one extraction rule in ``extract`` and
-dispatches on ``info["grader"]``: ``numeric``, ``numeric_multi`` (``numeric``), ``mcq`` (``mcq``),
+applies the one character policy of every grader (``extract.normalise_unicode``: NFKC, then ASCII
+digits only) and dispatches on ``info["grader"]``: ``numeric``, ``numeric_multi`` (``numeric``), ``mcq`` (``mcq``),
 ``formula`` (``formula``) and ``code`` (``code``, which runs the sandbox). It never raises and never
 returns NaN: a grader error scores 0 with the error in ``reason``.
 """
 
 from __future__ import annotations
 
+import ast
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scaling_book.grading.extract import extract_answer, extract_code
+from scaling_book.grading.extract import extract_answer, extract_code, normalise_unicode
 
 __all__ = ["GRADER_VERSION", "GRADERS", "Grade", "grade"]
 
 #: Bump when grading behaviour changes; stored on every eval run.
-GRADER_VERSION = "1.1.0"
+GRADER_VERSION = "2.0.0"
 
 GRADERS = ("numeric", "numeric_multi", "mcq", "formula", "code")
 
@@ -32,8 +35,9 @@ class Grade:
     exact: bool
     """Full credit (correctness == 1.0)."""
     formatted: bool
-    """The response followed the answer format: a final answer block (or ```python block for code
-    items) whose content parses for this grader."""
+    """The response followed the answer format: a final answer block whose content parses for this
+    grader, or for code items a ```python block that compiles and defines the item's function with a
+    top-level ``def``."""
     reason: str
     """What was extracted and why it scored what it did (stored per rollout)."""
     extracted: str | None
@@ -67,11 +71,16 @@ def grade(info: Mapping[str, Any], response: str, *, allow_code_execution: bool 
 
             extracted = extract_code(response)
             formatted = (extracted is not None and len(extracted) <= code_grader.MAX_SOURCE_CHARS
-                         and _compiles(extracted))
+                         and _defines_function(extracted, str(info.get("code_function") or "")))
             correctness, exact, reason = code_grader.grade_code(
                 info, extracted, allow_code_execution=allow_code_execution, code_timeout_s=code_timeout_s)
             return _finish(correctness, exact, formatted, reason, extracted)
         extracted = extract_answer(response)
+        if extracted is not None and kind in ("numeric", "numeric_multi", "mcq", "formula"):
+            normalised, problem = normalise_unicode(extracted)
+            if problem:
+                return _finish(0.0, False, False, problem, extracted)
+            extracted = normalised
         if kind == "numeric":
             from scaling_book.grading.numeric import grade_numeric as fn
         elif kind == "numeric_multi":
@@ -90,12 +99,26 @@ def grade(info: Mapping[str, Any], response: str, *, allow_code_execution: bool 
                        f"grader error ({kind}): {type(exc).__name__}: {str(exc)[:200]}", extracted)
 
 
-def _compiles(source: str) -> bool:
-    """Whether ``source`` is syntactically valid Python. Compiled to bytecode, never run; not
-    ``ast.parse``, whose AST-object construction is not thread-safe in CPython 3.11 (graders run in
-    threads)."""
+_AST_LOCK = threading.Lock()
+
+
+def _defines_function(source: str, function: str) -> bool:
+    """Whether ``source`` is valid Python that defines ``function`` at top level (the code format
+    reward): a ``def``, or an assignment of another name or a lambda to it (``f = f_ref``). Parsed, never run; under a lock, since CPython 3.11's AST-object construction is
+    not thread-safe (graders run in threads)."""
+    if not function:
+        return False
     try:
         compile(source, "<submission>", "exec", dont_inherit=True)
+        with _AST_LOCK:
+            tree = ast.parse(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError):
         return False
-    return True
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
+            return True
+        # an alias of a function defined above (`task_name = reference_name`) or a lambda
+        if (isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Lambda))
+                and any(isinstance(t, ast.Name) and t.id == function for t in node.targets)):
+            return True
+    return False

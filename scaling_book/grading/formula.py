@@ -18,10 +18,16 @@ stages, and only the last one runs sympy:
    (``FORMULA_MEMORY_HEADROOM_BYTES`` above its size after importing sympy); an overrunning worker is
    killed and replaced. Nothing in this process evaluates the answer.
 
-Equivalence: expressions agree at random positive sample points to 1e-9 relative (with sympy's
-``simplify`` as a fallback when too few points are defined), and, when either side uses ``floor`` or
-``ceiling``, also at integer points (``floor(N/8) + 1`` equals ``ceil(N/8)`` at every non-integer
-``N/8`` but not for counts that divide evenly). Relations are split on the operator
+Equivalence (``sympy_worker.numerically_equal``): an exact verdict first, with every symbol positive
+(rational functions compared in canonical form, which decides either way; other expressions proved
+equal by ``simplify(a - b) == 0``); only when sympy cannot decide, agreement to 1e-20 relative at
+sample points drawn where the item's quantities live (per-symbol ranges by name convention, e.g.
+batch ``B`` 1..1e7, bandwidth ``W`` 1e9..1e13; log-uniform draws plus the ranges' ends), and, when
+either side uses ``floor`` or ``ceiling``, also at integer points. Before that, in this process: an
+answer may call a non-smooth function (``min``, ``max``, ``abs``, ``floor``, ``ceiling``) only when a
+gold form uses one of the same family; ``name = ...`` with a declared symbol as ``name`` is a claim
+and refused; an implicit product right after a division (``C p/16W``) is ambiguous and refused.
+Relations are split on the operator
 and normalised to ``D > 0`` or ``D >= 0`` with ``D`` = greater side minus lesser side, so ``B/X > R``
 and ``R < B/X`` are the same claim; strictness must match; the answer's ``D`` must equal the gold's or
 be a positive multiple of it; and a relation with no free symbols (``1 < 2``) never passes. An item's
@@ -32,20 +38,18 @@ from __future__ import annotations
 
 import ast
 import atexit
-import json
-import os
 import re
-import select
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from scaling_book.grading.extract import strip_markup
+from scaling_book.grading.sympy_supervisor import (
+    FORMULA_MEMORY_HEADROOM_BYTES,
+    FormulaError,
+    FormulaTimeout,
+    _Worker,
+)
 
 __all__ = [
     "FORMULA_MEMORY_HEADROOM_BYTES",
@@ -61,8 +65,6 @@ __all__ = [
 
 #: Wall-clock seconds allowed for one formula request (parse or comparison) in the worker.
 FORMULA_TIMEOUT_S = 2.0
-#: Bytes of address space the worker may grow by after importing sympy.
-FORMULA_MEMORY_HEADROOM_BYTES = 512 * 1024 * 1024
 #: Longest answer accepted, in characters, before and after normalisation.
 MAX_RAW_CHARS = 1000
 MAX_CHARS = 400
@@ -75,14 +77,6 @@ FUNCTIONS = frozenset({"sqrt", "log", "ln", "log2", "log10", "exp", "min", "max"
 _AST_LOCK = threading.Lock()
 _ALLOWED_CHARS = re.compile(r"^[A-Za-z0-9_+\-*/().,<>=\s]*$")
 _OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
-
-
-class FormulaError(ValueError):
-    """An expression failed to normalise, vet or parse; the message says why."""
-
-
-class FormulaTimeout(FormulaError):
-    """The worker did not answer within the time bound (it has been killed)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -115,6 +109,27 @@ def _replace_braced_command(text: str, command: str, n_args: int, render) -> str
     return text
 
 
+# An operand after "/" (a number, a name or call, a parenthesised group, with any power chain) directly
+# followed by another operand with no operator between them: "C p/16W" reads as (C p/16) W in Python
+# and as C p/(16 W) to many readers. Refused rather than guessed.
+_PAREN = r"\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)"
+_OPERAND = rf"(?>\d+(?:_\d+)*(?:\.\d+)?(?:[eE][+-]?\d+)?|[A-Za-z_][A-Za-z0-9_]*(?:\s*{_PAREN})?|{_PAREN})"
+_AMBIGUOUS_AFTER_DIVISION = re.compile(
+    rf"/\s*(?>{_OPERAND}(?:\s*\*\*\s*[-+]?\s*{_OPERAND})*)\s*(?=[A-Za-z_0-9(])")
+#: Non-smooth functions, by family: an answer may use one only when a gold form uses its family.
+NON_SMOOTH = {"min": "min", "Min": "min", "max": "max", "Max": "max", "abs": "abs", "Abs": "abs",
+              "floor": "rounding", "ceil": "rounding", "ceiling": "rounding"}
+
+
+def non_smooth_families(form: Mapping[str, str]) -> set[str]:
+    """The non-smooth function families (``NON_SMOOTH``) a vetted form calls."""
+    names: set[str] = set()
+    for key in ("expr", "lhs", "rhs"):
+        if key in form:
+            names |= set(re.findall(r"\b([A-Za-z]+)\s*\(", form[key]))
+    return {NON_SMOOTH[n] for n in names if n in NON_SMOOTH}
+
+
 def normalise(text: str, symbols: Iterable[str] = ()) -> str:
     """Rewrite a written formula into the Python syntax that ``vet`` accepts (see module doc)."""
     if len(text) > MAX_RAW_CHARS:
@@ -137,13 +152,23 @@ def normalise(text: str, symbols: Iterable[str] = ()) -> str:
     t = re.sub(r"_\{([A-Za-z0-9_]+)\}", r"_\1", t)  # x_{ici} -> x_ici
     t = t.replace("{", "(").replace("}", ")")
     t = t.strip().rstrip(".")
-    # A leading "name =" (not a comparison) is a label: "t = 2*B/W" -> "2*B/W".
-    m = re.match(r"^\s*[A-Za-z][A-Za-z0-9_]*(?:\([A-Za-z0-9_, ]*\))?\s*=(?![=<>])\s*", t)
+    # A leading "name =" (not a comparison) is a label: "t = 2*B/W" -> "2*B/W". A declared symbol on
+    # the left ("n = B*n") is a claim about that symbol, not a label: refused.
+    m = re.match(r"^\s*([A-Za-z][A-Za-z0-9_]*)(?:\([A-Za-z0-9_, ]*\))?\s*=(?![=<>])\s*", t)
     if m and "=" not in t[m.end():].replace("<=", "").replace(">=", ""):
+        if m.group(1) in symbols:
+            raise FormulaError(f"{m.group(1)!r} is a symbol of the question: '{m.group(1)} = ...' is an "
+                               f"equation, not a label; give the expression alone")
         t = t[m.end():]
     t = t.replace("==", "=")
-    # Implicit multiplication: 2B, 2(x), )(, )x, and a declared symbol followed by "(".
-    t = re.sub(r"(\d)\s*(?![eE][+-]?\d)(?=[A-Za-z(]|_(?!\d))", r"\1*", t)  # 1_000 is a number
+    ambiguous = _AMBIGUOUS_AFTER_DIVISION.search(t)
+    if ambiguous:
+        raise FormulaError(f"ambiguous implicit product after a division ({ambiguous.group(0).strip()!r}...): "
+                           f"write the denominator in parentheses or use * explicitly")
+    # Implicit multiplication: 2B, 2(x), )(, )x, and a declared symbol followed by "(". A digit inside
+    # a name (log2, M_X2) does not start a product; 1_000 and 2e3 are numbers.
+    t = re.sub(r"(?<![A-Za-z0-9_.])((?>\d+(?:_\d+)*(?:\.\d+)?(?:[eE][+-]?\d+)?))\s*(?=[A-Za-z(]|_(?!\d))",
+               r"\1*", t)
     t = re.sub(r"\)\s*(?=[A-Za-z0-9_(])", ")*", t)
 
     def _call_or_product(m: re.Match[str]) -> str:
@@ -266,101 +291,7 @@ def vet(expression: str, symbols: Iterable[str]) -> dict[str, str]:
 # 3. the worker
 # --------------------------------------------------------------------------------------------------
 
-_WORKER_PATH = Path(__file__).with_name("sympy_worker.py")
-
-
-class _Worker:
-    """One persistent sympy worker process, used under a lock, killed and replaced on overrun."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._owner_pid = 0
-        self._buf = b""
-        self.restarts = 0
-
-    def _start(self) -> None:
-        # -P: do not put this directory (which has a code.py) in front of the standard library.
-        self._proc = subprocess.Popen(
-            [sys.executable, "-P", "-u", str(_WORKER_PATH), str(FORMULA_MEMORY_HEADROOM_BYTES)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True,
-        )
-        self._owner_pid = os.getpid()
-        self._buf = b""
-        ready = self._read_line(deadline=time.monotonic() + 120.0)
-        if ready is None or not json.loads(ready).get("ready"):
-            self._kill()
-            raise FormulaError("the formula worker did not start")
-
-    def _alive(self) -> bool:
-        return (self._proc is not None and self._proc.poll() is None and self._owner_pid == os.getpid())
-
-    def _kill(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        for stream in (proc.stdin, proc.stdout):
-            try:
-                stream.close()  # type: ignore[union-attr]
-            except OSError:
-                pass
-        self.restarts += 1
-
-    def _read_line(self, deadline: float) -> bytes | None:
-        assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return None
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        return line
-
-    def request(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        with self._lock:
-            if not self._alive():
-                if self._proc is not None:
-                    self._kill()
-                self._start()
-            assert self._proc is not None and self._proc.stdin is not None
-            try:
-                self._proc.stdin.write((json.dumps(payload) + "\n").encode())
-                self._proc.stdin.flush()
-            except OSError:
-                self._kill()
-                raise FormulaError("the formula worker died; it will be restarted") from None
-            line = self._read_line(deadline=time.monotonic() + timeout_s)
-            if line is None:
-                died = self._proc.poll() is not None
-                self._kill()
-                if died:
-                    raise FormulaError("the formula worker died (memory bound?); it will be restarted")
-                raise FormulaTimeout(f"formula evaluation exceeded {timeout_s:g} s and was killed")
-            return json.loads(line)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._proc is not None:
-                self._kill()
-
-
-_WORKER = _Worker()
+_WORKER = _Worker(FORMULA_MEMORY_HEADROOM_BYTES)
 atexit.register(_WORKER.close)
 
 
@@ -410,6 +341,10 @@ def grade_formula(info: Mapping[str, Any], answer: str | None, *,
             golds.append(vet(normalise(g, symbols), symbols))
         except FormulaError as e:
             return 0.0, False, f"item's gold formula {g!r} does not vet ({e}); scored 0", True
+    extra = non_smooth_families(form) - set().union(*(non_smooth_families(g) for g in golds))
+    if extra:
+        return 0.0, False, (f"answer {normalised[:80]!r} refused: uses {', '.join(sorted(extra))}, a non-smooth "
+                            f"function the item's formula does not use"), True
     try:
         resp = _worker_request({"op": "equiv", "form": form, "golds": golds, "symbols": symbols},
                                timeout_s)

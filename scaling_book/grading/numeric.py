@@ -7,7 +7,8 @@ Credit for one value ``v`` against target ``t`` with tolerance ``tol`` (relative
 - ``0.1`` when ``v`` is within a factor of two of ``t`` (``t / 2 <= v <= 2 * t`` for ``t > 0``);
 - ``0.0`` otherwise, and always for a wrong sign, a non-finite value or no value.
 
-A target of exactly 0 pays 1.0 for exactly 0 and nothing else. ``numeric_multi`` reads the values in
+The value is read by ``number.parse_number`` (one number standing alone, its unit converted to the
+item's unit with pint). A target of exactly 0 pays 1.0 for exactly 0 and nothing else. ``numeric_multi`` reads the values in
 the order the question asks (``extract.split_values``) and scores the mean of the per-value credits
 over ``max(#targets, #values given)``: a missing or an extra value counts as a wrong one.
 """
@@ -18,7 +19,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaling_book.grading.extract import MAX_ANSWER_CHARS, parse_number, split_values
+from scaling_book.grading.extract import MAX_ANSWER_CHARS, split_values
+from scaling_book.grading.number import parse_number
 
 __all__ = ["NEAR_MISS_CAP", "NEAR_MISS_CREDIT", "FACTOR_TWO_CREDIT", "numeric_credit", "grade_numeric",
            "grade_numeric_multi"]
@@ -84,7 +86,9 @@ def grade_numeric_multi(info: Mapping[str, Any], answer: str | None) -> tuple[fl
     if len(answer) > MAX_ANSWER_CHARS:
         return 0.0, False, f"answer is {len(answer)} characters; the limit is {MAX_ANSWER_CHARS}", False
     units: Sequence[str] = list(info.get("units") or [])
-    parts = split_values(answer)
+    parts, problem = split_values(answer)
+    if problem:
+        return 0.0, False, f"answer {answer[:80]!r}: {problem}", False
     credits, reasons, any_parsed = [], [], False
     for i, target in enumerate(targets):
         if i >= len(parts):

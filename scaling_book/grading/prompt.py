@@ -1,6 +1,6 @@
 """The system prompt every exported row carries: the answer format and the units rule.
 
-It states exactly what ``scaling_book.grading.extract`` reads, so a model that follows it is graded
+It states exactly what ``scaling_book.grading.extract`` and ``number`` read, so a model that follows it is graded
 on what it meant.
 """
 
@@ -24,9 +24,12 @@ last <answer> block is read.
 - A formula: a plain expression or relation in the symbols the question names, using + - * / ^ \
 and parentheses (and <, <=, >, >= for a relation), e.g. <answer>T / (8 * D)</answer>.
 - Code: write the requested Python function in a final ```python fenced block (standard library \
-only, no printing, no input). Its return value is what is checked.
+only, no printing, no input), defined with a top-level def under the name the question gives. Its \
+return value is what is checked.
 
-Units rule: give the number in the unit the question asks for. Do not change magnitude prefixes: \
-if the question asks for GB/s, answer in GB/s (2500, not 2.5 TB/s or 2500000 MB/s); if it asks for \
-FLOPs/byte, 240 is right and 0.24 kFLOPs/byte is not.
+Units rule: a number may carry any unit of the dimension the question asks for, written with SI \
+case (GB is gigabytes, Gb gigabits; ms milliseconds): for a question asked in GB/s, 2500, 2500 GB/s \
+and 2.5 TB/s are the same answer. A number without a unit is read in the unit the question asks \
+for. Write the number alone: no words or operators that change it ("at least", "not", "sqrt", \
+"2 * 1250"); a fraction of two numbers such as 1/12 is fine.
 """

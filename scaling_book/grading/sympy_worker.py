@@ -6,12 +6,18 @@ sympy it caps its own address space (``RLIMIT_AS``) at its current size plus the
 time and kills and restarts this process when a request overruns. Requests have already been vetted
 by ``formula.vet`` (only numbers, declared symbols, arithmetic, comparisons and whitelisted functions).
 
+Equivalence (``numerically_equal``): an exact symbolic verdict first (rational functions are compared
+in canonical form, either way; other expressions are proved equal when ``simplify(a - b) == 0``), and
+only when sympy cannot decide, sampling: every symbol over its range by name convention (``RANGES``),
+log-uniform draws plus the ranges' ends, agreement to ``RELATIVE_AGREEMENT`` at every point.
+
 Standalone on purpose (sympy and the standard library only), so it starts without the package.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import resource
 import sys
@@ -42,9 +48,34 @@ GLOBALS = {
     "Float": sympy.Float,
     "Rational": sympy.Rational,
 }
-N_POINTS = 7
+N_POINTS = 8
 N_INT_POINTS = 3
 DIGITS = 30
+#: Relative agreement required at every sample point. Values are computed to DIGITS significant digits
+#: from exact rationals, so honest equivalents agree to ~1e-28; 1e-20 also refuses a tiny added term
+#: (B*n + B/1e12 differs from B*n by 1e-12 relative, which a 1e-9 check would pay).
+RELATIVE_AGREEMENT = 1e-20
+
+#: Where the book's quantities live, by symbol-name convention: (low, high) per name; a name not
+#: listed takes DEFAULT_RANGE. Sample points are drawn log-uniformly over the whole range, plus its ends.
+RANGES = {
+    "B": (1.0, 1e7),          # batch size, tokens
+    "W": (1e9, 1e13),         # bandwidth, bytes/s
+    "C": (1e12, 1e16),        # FLOPs/s
+    "P": (1e6, 1e13),         # parameters
+    "p": (1.0, 64.0),         # bits per weight
+    "V": (1.0, 1e15),         # bytes
+    "N": (1.0, 1e6), "n": (1.0, 1e6),
+    "D": (1.0, 1e6), "F": (1.0, 1e6), "E": (1.0, 1e6), "H": (1.0, 1e6), "K": (1.0, 1e6),
+    "T": (1.0, 1e6), "S": (1.0, 1e6), "L": (1.0, 1e6),
+    "X": (1.0, 1e4), "Y": (1.0, 1e4), "Z": (1.0, 1e4), "M_X": (1.0, 1e4), "M_Y": (1.0, 1e4),
+    "G": (1.0, 1e3), "k": (1.0, 1e3),
+}
+DEFAULT_RANGE = (1e-3, 1e6)
+
+
+def _range(symbol) -> tuple[float, float]:
+    return RANGES.get(str(symbol), DEFAULT_RANGE)
 
 
 def parse(text: str, symbols: list[str]) -> sympy.Expr:
@@ -73,12 +104,21 @@ def parse_form(form: dict, symbols: list[str]):
 
 
 def _points(free: set, seed: int) -> list[dict]:
+    """Sample points in each symbol's range: every symbol at its low end, at its high end, each symbol
+    alone at its high end (the others low) and alone at its low end (the others high), then N_POINTS
+    log-uniform draws."""
     rng = random.Random(seed)
     names = sorted(free, key=str)
-    pts = []
+    lo = {s: _range(s)[0] for s in names}
+    hi = {s: _range(s)[1] for s in names}
+    raw = [dict(lo), dict(hi)]
+    if len(names) > 1:
+        for s in names:
+            raw.append({**lo, s: hi[s]})
+            raw.append({**hi, s: lo[s]})
     for _ in range(N_POINTS):
-        pts.append({s: sympy.Float(10 ** rng.uniform(-1.0, 3.0), DIGITS) for s in names})
-    return pts
+        raw.append({s: 10 ** rng.uniform(math.log10(lo[s]), math.log10(hi[s])) for s in names})
+    return [{s: sympy.Float(v, DIGITS) for s, v in p.items()} for p in raw]
 
 
 def _integer_points(free: set, seed: int) -> list[dict]:
@@ -93,7 +133,7 @@ def _integer_points(free: set, seed: int) -> list[dict]:
 
 def _num(expr, point) -> complex | None:
     try:
-        v = sympy.N(expr.subs(point), DIGITS)
+        v = expr.evalf(DIGITS, subs=point)
         c = complex(v)
     except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError):
         return None
@@ -102,7 +142,37 @@ def _num(expr, point) -> complex | None:
     return c
 
 
+def _differ(va: complex, vb: complex) -> bool:
+    return abs(va - vb) > RELATIVE_AGREEMENT * max(abs(va), abs(vb), 1e-300)
+
+
+def symbolic_verdict(a, b) -> bool | None:
+    """Decide a == b exactly when sympy can, with every symbol positive: for rational functions
+    ``cancel`` gives a canonical form, so its verdict is final either way; otherwise ``simplify(a - b)
+    == 0`` proves equality. None when undecided (then sampling decides)."""
+    d = a - b
+    if d == 0:
+        return True
+    if d.is_rational_function():
+        return sympy.cancel(sympy.together(d)) == 0
+    if d.has(sympy.floor, sympy.ceiling, sympy.Min, sympy.Max, sympy.Abs):
+        return None  # simplify is slow on these and rarely decides; sampling (and integer points) do
+    if sympy.simplify(d) == 0:
+        return True
+    return None
+
+
 def numerically_equal(a, b) -> tuple[bool, str]:
+    """Equivalence of two expressions: the symbolic verdict when there is one, else agreement to
+    RELATIVE_AGREEMENT at every sample point of the symbols' ranges (see ``_points``)."""
+    try:
+        verdict = symbolic_verdict(a, b)
+    except Exception:  # noqa: BLE001 - sympy raises many types; fall back to sampling
+        verdict = None
+    if verdict is True:
+        return True, "proved equal symbolically (symbols positive)"
+    if verdict is False:
+        return False, "a different rational function (exact comparison)"
     free = a.free_symbols | b.free_symbols
     valid = 0
     for point in _points(free, seed=1234):
@@ -112,9 +182,9 @@ def numerically_equal(a, b) -> tuple[bool, str]:
         if va is None or vb is None:
             return False, "defined at a point where the other side is not"
         valid += 1
-        scale = max(abs(va), abs(vb), 1e-30)
-        if abs(va - vb) > 1e-9 * scale:
-            return False, "differs at a sample point"
+        if _differ(va, vb):
+            where = ", ".join(f"{s}={float(v):.3g}" for s, v in sorted(point.items(), key=lambda kv: str(kv[0])))
+            return False, f"differs at a sample point ({where})"
     if valid >= 3:
         if a.has(sympy.floor, sympy.ceiling) or b.has(sympy.floor, sympy.ceiling):
             # floor(N/8) + 1 and ceil(N/8) agree at every real sample point, not at N = 64
@@ -122,14 +192,9 @@ def numerically_equal(a, b) -> tuple[bool, str]:
                 va, vb = _num(a, point), _num(b, point)
                 if va is None or vb is None:
                     continue
-                if abs(va - vb) > 1e-9 * max(abs(va), abs(vb), 1e-30):
+                if _differ(va, vb):
                     return False, "differs at an integer sample point"
-        return True, f"agrees at {valid} sample points"
-    try:
-        if sympy.simplify(a - b) == 0:
-            return True, "simplifies to the same expression"
-    except Exception as exc:  # noqa: BLE001 - sympy raises many types
-        return False, f"could not compare: {type(exc).__name__}"
+        return True, f"agrees at {valid} sample points over the symbols' ranges"
     return False, "too few points where both sides are defined"
 
 
@@ -191,8 +256,19 @@ def _address_space_bytes() -> int:
     return 0
 
 
+def _warm_up() -> None:
+    """Run one comparison of each kind, so that sympy's lazy imports and caches (polys, simplify,
+    evalf) are paid for at start-up rather than inside the first request's time bound."""
+    for gold, answer in (("T/(8*D)", "T/(8*D)"), ("log2(T)*D", "log(T)/log(2)*D")):
+        equivalent(parse_form({"kind": "expr", "expr": answer}, ["T", "D"]),
+                   parse_form({"kind": "expr", "expr": gold}, ["T", "D"]))
+    equivalent(parse_form({"kind": "rel", "op": ">", "lhs": "T", "rhs": "D"}, ["T", "D"]),
+               parse_form({"kind": "rel", "op": "<", "lhs": "D", "rhs": "T"}, ["T", "D"]))
+
+
 def main() -> None:
     headroom = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    _warm_up()
     if headroom:
         limit = _address_space_bytes() + headroom
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)

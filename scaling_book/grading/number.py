@@ -1,0 +1,163 @@
+"""The numeric answer grammar: one number standing alone, with an optional unit converted by pint.
+
+An answer (or one part of a multi-value answer), after ``extract.strip_markup`` (markdown emphasis,
+code ticks, ``$...$``, ``\\boxed{}``, ``\\text{}``; Unicode dashes to ``-``), is accepted only in this
+form, and everything else scores 0 with a reason::
+
+    answer     := [label] [approx] value [multiplier] [unit] [final "." ";" ","]
+    label      := "Answer:" | "The (final) answer is" | NAME ("=" | ":" | "≈")    NAME: one identifier
+    approx     := "~" | "≈" | "≃" | "∼" | "=" | "about" | "approximately" | "approx." | "roughly"
+                  | "around" | "circa" | "ca."
+    value      := [sign] number | [sign] plain "/" plain       (also \\frac{a}{b}: the exact fraction a/b)
+    number     := plain [("e" | "E") exponent] | plain × 10^exponent | 10^exponent
+                  (× is "×", "x", "*", "·", "\\times", "\\cdot"; 10^n is also 10^{n}, 10**n, 10¹²)
+    plain      := digits with optional grouping (1,000,000; 1 000 000; 1{,}000; 1_000_000) [. digits]
+    multiplier := "hundred" | "thousand" | "million" | "billion" | "trillion" | "quadrillion"
+    unit       := ["[" | "(" | "in"] a unit of the registry (``units.py``) ["]" | ")"] | "%" | "×"
+
+The unit is converted to the item's unit (``0.05 TB/s`` answers a 50 GB/s item); a unit of another
+dimension, an unknown word (``not``, ``faster``, ``or more``), or percent on an item that is not a
+fraction scores 0. A bare number is read in the item's unit; ``×`` marks a ratio. Refused outright:
+any word or symbol before the number that is not a label or an approximation marker (``not 2500``,
+``sqrt(2500)``, ``> 2500``, ``at least 2500``), a second number or an operator after it
+(``1/2 × 2500``, ``12-13``, ``240 or 250``, ``240 (2.4e2)``), malformed numbers (``1.000.000``),
+number words (``twelve``) and non-finite values.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from scaling_book.grading.extract import strip_markup
+from scaling_book.grading.units import conversion
+
+__all__ = ["NumberParse", "parse_number"]
+
+_MULTIPLIER_WORDS = {"hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12,
+                     "quadrillion": 1e15}
+#: Words that may not name a label: they change or hedge the value ("not = 5", "max: 5").
+_REFUSED_LABELS = frozenset({
+    "not", "no", "never", "less", "more", "greater", "fewer", "under", "over", "below", "above", "least",
+    "most", "than", "except", "minus", "plus", "times", "half", "double", "twice", "triple", "sqrt", "root",
+    "square", "log", "ln", "exp", "max", "min", "abs", "inverse", "reciprocal", "negative", "neg", "without",
+    "excluding", "nearly", "almost", "up", "to", "from", "between", "at", "upper", "lower", "bound", "limit",
+    "floor", "ceil", "ceiling", "round", "approximately", "about",
+})
+_LABEL = re.compile(
+    r"^(?:(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*[:=]?\s*"
+    r"|(?P<name>[A-Za-z][A-Za-z0-9_]{0,30})(?:\s*\([A-Za-z0-9_, ]*\))?\s*(?:=|:|≈)\s*)",
+    re.I,
+)
+_APPROX = re.compile(r"^(?:~|≈|≃|∼|=|about\b|approximately\b|approx\.?|roughly\b|around\b|circa\b|ca\.)\s*",
+                     re.I)
+
+_PLAIN = r"(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?:[ ']\d{3})+(?![\d.,])|\d+(?:_\d+)+|\d+)(?:\.\d+)?|\.\d+"
+_TIMES = r"\s*(?:×|x|X|\*|·|⋅)\s*"
+
+
+def _pow10(tag: str) -> str:
+    return rf"10\s*(?:\^|\*\*)\s*\{{?\s*(?P<exp{tag}>[+-]?\d+)\s*\}}?"
+
+
+_VALUE = re.compile(
+    rf"^(?P<sign>[+-])?\s*(?:"
+    rf"(?P<num>{_PLAIN})\s*/\s*(?P<den>{_PLAIN})(?![\d.,])"
+    rf"|(?P<bare>{_pow10('b')})"
+    rf"|(?P<mant>{_PLAIN})(?:(?P<e>[eE][+-]?\d+)|{_TIMES}(?P<pow>{_pow10('m')}))?"
+    rf")(?![\d])"
+)
+_FRAC = re.compile(rf"\\[dt]?frac\s*\{{\s*({_PLAIN})\s*\}}\s*\{{\s*({_PLAIN})\s*\}}")
+_MULTIPLIER = re.compile(r"^\s*(hundred|thousand|million|billion|trillion|quadrillion)s?\b", re.I)
+_UNIT_LEAD = re.compile(r"^[\s~\[({]*(?:(?:in|of|as)\s+)?")
+_RATIO_MARK = re.compile(r"^(?:×|x|X)$")
+
+
+@dataclass(frozen=True)
+class NumberParse:
+    """The outcome of reading one number: ``value`` in the item's unit (None when refused) and
+    ``reason``; ``unit_text`` is the unit the answer was written in ("" for a bare number)."""
+
+    value: float | None
+    reason: str
+    unit_text: str = ""
+
+
+def _plain(text: str) -> float:
+    return float(re.sub(r"[, '_]", "", text))
+
+
+def _value(m: re.Match[str]) -> float:
+    sign = -1.0 if m.group("sign") == "-" else 1.0
+    if m.group("num") is not None:
+        den = _plain(m.group("den"))
+        return sign * (_plain(m.group("num")) / den) if den else math.nan
+    if m.group("bare") is not None:
+        exp = int(m.group("expb"))
+        return sign * (10.0 ** exp if abs(exp) <= 400 else (math.inf if exp > 0 else 0.0))
+    if m.group("e"):
+        return sign * float(re.sub(r"[, '_]", "", m.group("mant")) + m.group("e"))
+    value = _plain(m.group("mant"))
+    if m.group("pow") is not None:
+        exp = int(m.group("expm"))
+        value = value * 10.0 ** exp if abs(exp) <= 400 else (math.inf if exp > 0 else 0.0)
+    return sign * value
+
+
+def _clean(text: str) -> str:
+    t = strip_markup(text).replace("{,}", ",")
+    t = _FRAC.sub(r"\1/\2", t)
+    t = re.sub(r"(?<!\^)\{([^{}]*)\}", r"\1", t)  # other braces (10^{12} keeps its own)
+    return t.strip().rstrip(".;,").strip()
+
+
+def _refuse(reason: str) -> NumberParse:
+    return NumberParse(None, reason)
+
+
+def parse_number(text: str, unit: str = "") -> NumberParse:
+    """Read exactly one number from an answer (or one part of a multi-value answer), in the item's unit.
+
+    ``unit``: the item's declared unit (a ``units.py`` registry expression or phrase); "" is a plain
+    ratio. Returns a ``NumberParse`` whose ``value`` is None, with the reason, for anything outside
+    the grammar in the module doc.
+    """
+    t = _clean(text)
+    if not t:
+        return _refuse("empty answer")
+    malformed = re.search(r"\d\.{2,}\d|\d\.\d+\.\d", t)
+    if malformed:
+        return _refuse(f"malformed number {malformed.group(0)!r} in {t[:80]!r}")
+    head = t
+    label = _LABEL.match(head)
+    if label and not (label.group("name") and label.group("name").lower() in _REFUSED_LABELS):
+        head = head[label.end():]
+    for _ in range(2):
+        head = _APPROX.sub("", head, count=1)
+    m = _VALUE.match(head)
+    if not m:
+        return _refuse(f"the answer is not a number standing alone: {t[:80]!r} (only a label such as "
+                       f"'x =' or an approximation marker may precede the number)")
+    value = _value(m)
+    rest = head[m.end():]
+    wm = _MULTIPLIER.match(rest)
+    if wm and m.group("num") is None:
+        value *= _MULTIPLIER_WORDS[wm.group(1).lower()]
+        rest = rest[wm.end():]
+    if not math.isfinite(value):
+        return _refuse(f"non-finite value in {t[:80]!r}")
+    rest = rest.strip()
+    unit_text = _UNIT_LEAD.sub("", rest).strip().strip("()[]{}").strip()
+    if re.search(r"\d", unit_text):
+        return _refuse(f"more than one number in {t[:80]!r}: a number must stand alone")
+    if unit_text and not re.fullmatch(r"[A-Za-zµμ%/*·×\s]+", unit_text):
+        return _refuse(f"the answer is an expression or a claim, not a number standing alone: {t[:80]!r}")
+    if _RATIO_MARK.match(unit_text):
+        unit_text = "ratio"
+    conv = conversion(unit_text, unit)
+    if conv.factor is None:
+        return NumberParse(None, conv.reason, unit_text)
+    value *= conv.factor
+    how = f" ({conv.reason})" if unit_text else ""
+    return NumberParse(value, f"read {value!r} from {t[:80]!r}{how}", unit_text)
