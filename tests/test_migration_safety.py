@@ -224,19 +224,30 @@ def test_a_rebuild_that_breaks_a_foreign_key_aborts(populated_sqlite_url, tmp_pa
 def test_downgrade_that_would_drop_run_history_refuses_and_says_what(populated_url) -> None:
     before = _snapshot(populated_url)
     config = alembic_config(populated_url)
+    # The newest revision that drops run data refuses first (0004: the isolation each run was graded under).
     with pytest.raises(CommandError) as refused:
         command.downgrade(config, "base")
     message = str(refused.value)
-    assert "2 rows of transfer_checks" in message and "6 rows of eval_runs" in message
-    assert f"{len(before['rollout_results'])} rows of rollout_results" in message
+    assert "would drop run history" in message and "6 rows of eval_runs" in message
     assert "allow_data_loss=true" in message
     assert _snapshot(populated_url) == before
 
     # The command line says the same (alembic prints "FAILED: ..." and exits 255) and changes nothing.
     result = subprocess.run(["alembic", "downgrade", "base"], cwd=REPO_ROOT, capture_output=True, text=True,
                             env={**os.environ, "SCALING_BOOK_DB": populated_url})
-    assert result.returncode == 255 and "FAILED: downgrading revision 0001 would drop run history" in result.stdout
+    assert result.returncode == 255 and "would drop run history" in result.stdout
     assert _snapshot(populated_url) == before
+
+    # Past the column-dropping revisions (allowed), 0001 names every table of run history it would drop.
+    allowed = alembic_config(populated_url)
+    allowed.cmd_opts = type("Options", (), {"x": ["allow_data_loss=true"]})()
+    command.downgrade(allowed, "0003")
+    with pytest.raises(CommandError) as refused:
+        command.downgrade(config, "base")
+    message = str(refused.value)
+    assert "downgrading revision 0001 would drop run history" in message
+    assert "2 rows of transfer_checks" in message and "6 rows of eval_runs" in message
+    assert f"{len(before['rollout_results'])} rows of rollout_results" in message
 
     config.cmd_opts = type("Options", (), {"x": ["allow_data_loss=true"]})()
     command.downgrade(config, "base")

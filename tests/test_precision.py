@@ -22,7 +22,14 @@ def items(request) -> dict[str, dict]:
     files = sorted((REPO_ROOT / "build" / "export" / "all").glob("*.parquet"))
     rows = ([row for f in files for row in pq.read_table(f).to_pylist()] if files
             else request.getfixturevalue("exported_rows"))
-    return {row["info"]["item_id"]: row["info"] for row in rows}
+    found = {row["info"]["item_id"]: row["info"] for row in rows}
+    # Two items as issue 11 filed them, since rewritten by the held-out rework (issue 14): the same
+    # grader and info layout as a real numeric item, with the targets, units and tolerance of the filing.
+    base = found["ch12-gb200-nvl72-dp-batch"]
+    found["ch12-superpod-spine-bandwidth-per-gpu"] = {**base, "item_id": "ch12-superpod-spine-bandwidth-per-gpu",
+                                                      "targets": [50.0], "units": ["GB/s"], "tolerance": 0.02}
+    found["ch12-gb200-nvl72-dp-batch"] = {**base, "targets": [2500.0], "units": ["tokens"], "tolerance": 0.02}
+    return found
 
 
 def ans(text: str) -> str:

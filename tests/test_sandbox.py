@@ -428,7 +428,7 @@ def _reference_import_source(function: str, module: str, reference: str) -> str:
     )
 
 
-ANSWER_KEY_ITEMS = ["ch02-ici-hop-count", "ch12-code-ragged-alltoall-time"]  # a train and a held-out item
+ANSWER_KEY_ITEMS = ["ch02-ici-hop-count", "ch12-code-decode-tp-limit"]  # a train and a held-out item
 
 
 @pytest.mark.skipif(not BWRAP, reason="bubblewrap not available")
