@@ -155,7 +155,7 @@ def main() -> None:
             figures["compare (compare_runs)"] = median_ms(lambda: compare_runs(factory, train_a, train_b),
                                                           args.repeats)
             print(f"{n_runs} runs, {n_rollouts} rollouts: "
-                  + "; ".join(f"{name} {ms:.1f} ms" for name, ms in figures.items()))
+                  + "; ".join(f"{name} {ms:.3f} ms" for name, ms in figures.items()))
             for name, ms in figures.items():
                 measured.setdefault(re.sub(r" \(\d+ rows\)", "", name), []).append(ms)
         engine.dispose()
@@ -164,7 +164,7 @@ def main() -> None:
     print(f"ratio {high}-run / {low}-run (target <= 1.5x):")
     for name, values in measured.items():
         ratio = values[-1] / values[0]
-        print(f"  {name}: {values[0]:.1f} -> {values[-1]:.1f} ms, {ratio:.2f}x {'met' if ratio <= 1.5 else 'missed'}")
+        print(f"  {name}: {values[0]:.3f} -> {values[-1]:.3f} ms, {ratio:.2f}x {'met' if ratio <= 1.5 else 'missed'}")
 
 
 if __name__ == "__main__":
