@@ -138,13 +138,13 @@ def test_evaluate_grades_once_per_rollout_and_reports_progress(built, monkeypatc
 
     rows = read_export_rows(built["export_dir"], "code")
     calls: Counter[str] = Counter()
-    real_grade = taskset.grade
+    real_grade = taskset.grade_async
 
-    def counting_grade(info, response, **kwargs):
+    async def counting_grade(info, response, **kwargs):
         calls[info["item_id"]] += 1
-        return real_grade(info, response, **kwargs)
+        return await real_grade(info, response, **kwargs)
 
-    monkeypatch.setattr(taskset, "grade", counting_grade)
+    monkeypatch.setattr(taskset, "grade_async", counting_grade)
     progress: list[tuple[int, int]] = []
     with FakeOpenAI(Oracle(rows)) as server:
         outcome = evaluate(config="code", model="oracle-model", base_url=server.base_url, api_key_var=KEY_VAR,

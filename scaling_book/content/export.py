@@ -299,13 +299,23 @@ def load_config(out_dir: Path, config: str):
     serve another build's rows. The rows' dataset hash is checked against `manifest.json`.
     Raises FileNotFoundError without an export and `StaleExport` on a mismatch.
     """
-    import pyarrow.parquet as pq
     from datasets import Dataset
 
+    return Dataset.from_list(read_config_rows(out_dir, config), features=_features())
+
+
+def read_config_rows(out_dir: Path, config: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of `config` in the export at `out_dir` as plain dicts, read with pyarrow (no
+    `datasets`, no pandas), verified against `manifest.json` like `load_config`. `columns` keeps
+    only those top-level columns (`info` is always read: the check needs its `content_hash`).
+    Raises FileNotFoundError without an export and `StaleExport` on a mismatch."""
+    import pyarrow.parquet as pq
+
     expected = read_manifest(out_dir)["configs"][config]["dataset_hash"]
+    wanted = None if columns is None else list(dict.fromkeys([*columns, "info"]))
     files = sorted((Path(out_dir) / config).glob("*.parquet"))
-    rows = [row for file in files for row in pq.read_table(file).to_pylist()]
+    rows = [row for file in files for row in pq.read_table(file, columns=wanted).to_pylist()]
     found = dataset_hash([row["info"]["content_hash"] for row in rows])
     if found != expected:
         raise StaleExport(f"config {config!r} at {out_dir}: rows hash {found[:12]}, manifest {expected[:12]}")
-    return Dataset.from_list(rows, features=_features())
+    return rows

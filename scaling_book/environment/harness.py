@@ -6,15 +6,19 @@ the task's system prompt and question to the rollout's interception endpoint
 (`POST {endpoint}/chat/completions`, bearer = the rollout secret) and returns. The interception
 server forwards the request to the model endpoint the run was given, imposes the run's model and
 sampling settings, and records the reply on the trace, which is what the taskset scores.
-Nothing is installed, nothing runs in the runtime, and no other host is contacted.
+Nothing is installed, nothing runs in the runtime, and no other host is contacted. Every rollout
+on one event loop posts through the same HTTP client (its connection pool, TLS context and
+transport are built once), closed by `close_clients()` when the env stops serving.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
 import ssl
+import weakref
 
 import httpx
 import verifiers.v1 as vf
@@ -33,6 +37,29 @@ def _tls_context() -> ssl.SSLContext:
     """One TLS context for every rollout: building one loads the CA bundle (~80 ms), which httpx
     would otherwise do per client, i.e. per rollout, even for a plain-http local endpoint."""
     return ssl.create_default_context()
+
+
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+"""The shared client of each running event loop (a client cannot outlive or change its loop)."""
+
+
+def _client() -> httpx.AsyncClient:
+    """This event loop's shared client, made on first use. No cap on connections: the run's
+    concurrency (`max_concurrent`, verifiers' slots) is what bounds the requests in flight."""
+    loop = asyncio.get_running_loop()
+    client = _CLIENTS.get(loop)
+    if client is None or client.is_closed:
+        client = httpx.AsyncClient(verify=_tls_context(), trust_env=False,
+                                   limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        _CLIENTS[loop] = client
+    return client
+
+
+async def close_clients() -> None:
+    """Close the running event loop's shared client, if it has one (the next rollout makes a new one)."""
+    client = _CLIENTS.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.aclose()
 
 
 class ScalingBookHarnessConfig(vf.HarnessConfig):
@@ -82,13 +109,14 @@ class ScalingBookHarness(vf.Harness[ScalingBookHarnessConfig]):
         the provider when the interception server recorded the upstream failure behind them."""
         timeout = httpx.Timeout(None, connect=self.config.connect_timeout_s)
         headers = {"Authorization": f"Bearer {secret}"}
-        async with httpx.AsyncClient(timeout=timeout, verify=_tls_context(), trust_env=False) as client:
+        # The loop's shared client (not closed here: `close_clients()` does when serving stops).
+        async with contextlib.nullcontext(_client()) as client:
             for attempt in range(self.config.max_retries + 1):
                 if attempt:
                     headers[RETRY_COUNT_HEADER] = str(attempt)
                 last = attempt == self.config.max_retries
                 try:
-                    response = await client.post(url, json=body, headers=headers)
+                    response = await client.post(url, json=body, headers=headers, timeout=timeout)
                 except httpx.TransportError as error:
                     if last:
                         raise ConnectionError(
@@ -105,4 +133,4 @@ class ScalingBookHarness(vf.Harness[ScalingBookHarnessConfig]):
                 await asyncio.sleep(min(0.5 * 2**attempt, 8.0) * (0.5 + random.random()))
 
 
-__all__ = ["ScalingBookHarness", "ScalingBookHarnessConfig"]
+__all__ = ["ScalingBookHarness", "ScalingBookHarnessConfig", "close_clients"]

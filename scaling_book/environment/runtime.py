@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import verifiers.v1 as vf
 
+from scaling_book.environment.harness import close_clients
+
 
 class ScalingBookEnvConfig(vf.EnvConfig):
     """The single `agent` seat, defaulting to the local subprocess runtime."""
@@ -23,6 +25,10 @@ class ScalingBookEnv(vf.Env[ScalingBookEnvConfig]):
 
     async def run(self, task: vf.Task, agents: vf.Agents) -> None:
         await agents.agent.run(task)
+
+    async def stop(self) -> None:
+        """Close the harness's shared HTTP client when the env stops serving."""
+        await close_clients()
 
 
 __all__ = ["ScalingBookEnv", "ScalingBookEnvConfig"]

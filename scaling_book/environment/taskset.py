@@ -16,22 +16,27 @@ The grader's reason (what it extracted and why it scored so) is kept on `trace.i
 Config (`--env.taskset.*`): `config` picks the exported config (`train` by default; `qa`, `code`,
 `heldout_qa`, `heldout_code`, `heldout`, `all`); `eval_fraction` and `subset` carve a stable
 train/eval split out of it by a hash of the item id; `code_timeout` and `allow_code_execution`
-govern how implementation tasks are graded; `export_dir` points at the export (default
+govern how implementation tasks are graded; `grading_workers` bounds the grading steps that block
+(sandbox runs, sympy requests) in flight at once, off the event loop; `export_dir` points at the export (default
 `$SCALING_BOOK_EXPORT`, else `build/export`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
+import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import verifiers.v1 as vf
 from pydantic import Field
 
-from scaling_book.grading import GRADER_VERSION, Grade, grade
+from scaling_book.grading import GRADER_VERSION, Grade, grade_async
 from scaling_book.grading.rubric import CORRECTNESS_WEIGHT, FORMAT_WEIGHT, format_reward
 from scaling_book.paths import REPO_ROOT, export_dir
 
@@ -70,6 +75,9 @@ class ScalingBookTasksetConfig(vf.TasksetConfig):
     """Run submitted code (in a throwaway subprocess). True: only isolated (bwrap); without working
     isolation implementation tasks score 0 ("no isolation available"). "unisolated": also run it
     without isolation (rlimit fallback). False: implementation tasks score 0."""
+    grading_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    """Most grading steps that block (a code submission running in the sandbox, a formula at the
+    sympy worker) in flight at once, off the event loop; default: this machine's cores."""
     export_dir: Path | None = None
     """The export folder; unset means `$SCALING_BOOK_EXPORT`, else `<repo>/build/export`."""
 
@@ -81,6 +89,8 @@ class ScalingBookTaskConfig(vf.TaskConfig):
     """Wall-clock seconds a submitted implementation may run."""
     allow_code_execution: bool | Literal["unisolated"] = True
     """Whether implementation tasks execute submitted code (see the taskset config)."""
+    grading_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    """Size of the grading pool the blocking grading steps run in (see the taskset's config)."""
 
 
 class ScalingBookData(vf.TaskData):
@@ -102,22 +112,30 @@ class ScalingBookTask(vf.Task[ScalingBookData, vf.State, ScalingBookTaskConfig])
         """The item id: durable across exports, unique within a config."""
         return self.data.id or self.hash
 
-    def graded(self, trace: vf.Trace) -> Grade:
+    async def graded(self, trace: vf.Trace) -> Grade:
         """The rollout's grade: computed by the first signal that asks, kept on the trace, and
-        reused by the others (and by any re-scoring of the same trace).
+        reused by the others (and by any re-scoring of the same trace). Signals that ask while
+        it is being computed wait for the same computation.
 
-        Grading runs on the event loop's thread, not in a worker thread. On CPython 3.11,
-        `ast.parse` is not thread-safe (python/cpython#106905: "AST constructor recursion depth
-        mismatch"), and both the graders (syntax check of code, formula vetting) and pydantic on
-        the loop's thread (every model construction in verifiers) call it. Graded in a thread,
-        about one 100-rollout eval in ten lost a correct answer to that error. The cost: the loop
-        waits while a code submission runs (typically well under 0.1 s; `code_timeout` at worst).
-        Since nothing awaits between the check and the store, concurrent signals cannot grade
-        twice."""
+        Grading does not block the event loop: the sandbox run of a code submission and the
+        sympy request of a formula run in the grading pool (`grading_workers` threads), while
+        other rollouts make progress. What builds Python syntax trees (formula vetting) stays
+        on the loop's thread, as pydantic's parsing does: on CPython 3.11 `ast.parse` is not
+        thread-safe (python/cpython#106905, "AST constructor recursion depth mismatch"): with
+        whole grades in threads, about one 100-rollout eval in ten lost a correct answer to it."""
         kept = trace.info.get(GRADE_INFO_KEY)
         if kept is not None:
             return Grade(**{field: kept[field] for field in GRADE_FIELDS})
-        result = self.grade_response(trace.last_reply)
+        key = id(trace)
+        pending = _GRADING.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._grade_and_keep(trace))
+            _GRADING[key] = pending
+            pending.add_done_callback(lambda _: _GRADING.pop(key, None))
+        return await asyncio.shield(pending)
+
+    async def _grade_and_keep(self, trace: vf.Trace) -> Grade:
+        result = await self.grade_response(trace.last_reply)
         trace.info[GRADE_INFO_KEY] = {
             **{field: getattr(result, field) for field in GRADE_FIELDS},
             "grader": self.data.info.get("grader"),
@@ -125,29 +143,31 @@ class ScalingBookTask(vf.Task[ScalingBookData, vf.State, ScalingBookTaskConfig])
         }
         return result
 
-    def grade_response(self, response: str) -> Grade:
-        """Grade `response` against this item with the task's code-execution settings."""
-        return grade(
+    async def grade_response(self, response: str) -> Grade:
+        """Grade `response` against this item with the task's code-execution settings, its
+        blocking step in the grading pool."""
+        return await grade_async(
             self.data.info,
             response,
             allow_code_execution=self.config.allow_code_execution,
             code_timeout_s=self.config.code_timeout,
+            executor=grading_pool(self.config.grading_workers),
         )
 
     @vf.reward(weight=CORRECTNESS_WEIGHT)
     async def correctness(self, trace: vf.Trace) -> float:
         """The grader's credit in [0, 1]."""
-        return self.graded(trace).correctness
+        return (await self.graded(trace)).correctness
 
     @vf.reward(weight=FORMAT_WEIGHT)
     async def format(self, trace: vf.Trace) -> float:
         """1 when the response followed the answer format (a parseable final answer), else 0."""
-        return format_reward(self.graded(trace))
+        return format_reward(await self.graded(trace))
 
     @vf.metric
     async def exact(self, trace: vf.Trace) -> float:
         """1 for full credit, else 0."""
-        return 1.0 if self.graded(trace).exact else 0.0
+        return 1.0 if (await self.graded(trace)).exact else 0.0
 
     @vf.metric
     async def heldout_flag(self, trace: vf.Trace) -> float:
@@ -160,7 +180,17 @@ class ScalingBookTask(vf.Task[ScalingBookData, vf.State, ScalingBookTaskConfig])
         response = gold_response(self.data)
         if response is None:
             return None
-        return self.grade_response(response).exact
+        return (await self.grade_response(response)).exact
+
+
+_GRADING: dict[int, asyncio.Future[Grade]] = {}
+"""Grades being computed, by `id()` of their trace; an entry leaves when its grade is kept."""
+
+
+@functools.cache
+def grading_pool(workers: int) -> ThreadPoolExecutor:
+    """The process's grading pool of `workers` threads (one pool per size, made on first use)."""
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scaling-book-grading")
 
 
 _CODE_ANSWER = re.compile(r"^(?P<function>\w+) \(reference solution in seed/(?P<module>[\w/.-]+\.py)\)$")
@@ -204,6 +234,7 @@ class ScalingBookTaskset(vf.Taskset[ScalingBookTask, ScalingBookTasksetConfig]):
                 **self.config.task.model_dump(),
                 "code_timeout": self.config.code_timeout,
                 "allow_code_execution": self.config.allow_code_execution,
+                "grading_workers": self.config.grading_workers,
             }
         )
         for row in read_rows(self.config.config, self.config.export_dir):

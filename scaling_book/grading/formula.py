@@ -40,7 +40,7 @@ import ast
 import atexit
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from scaling_book.grading.extract import strip_markup
@@ -60,6 +60,7 @@ __all__ = [
     "check_parses",
     "grade_formula",
     "normalise",
+    "prepare_formula",
     "vet",
 ]
 
@@ -323,6 +324,16 @@ def check_parses(expression: str, symbols: list[str]) -> None:
 def grade_formula(info: Mapping[str, Any], answer: str | None, *,
                   timeout_s: float | None = None) -> tuple[float, bool, str, bool]:
     """Grade an extracted answer. Returns (correctness, exact, reason, formatted)."""
+    prepared = prepare_formula(info, answer, timeout_s=timeout_s)
+    return prepared() if callable(prepared) else prepared
+
+
+def prepare_formula(info: Mapping[str, Any], answer: str | None, *, timeout_s: float | None = None
+                    ) -> tuple[float, bool, str, bool] | Callable[[], tuple[float, bool, str, bool]]:
+    """``grade_formula`` in two steps: normalise and vet here (``ast.parse``: call this on the thread
+    that owns syntax-tree building, see ``scaling_book.grading.grade_async``), then either the final
+    (correctness, exact, reason, formatted), or a function that asks the sympy worker (blocking I/O,
+    no ``ast``; safe in a worker thread) and returns them."""
     symbols = [str(s) for s in (info.get("formula_symbols") or [])]
     gold_texts = [str(info.get("formula_answer") or "")] + [str(e) for e in (info.get("formula_equivalents") or [])]
     gold_texts = [g for g in gold_texts if g.strip()]
@@ -345,14 +356,17 @@ def grade_formula(info: Mapping[str, Any], answer: str | None, *,
     if extra:
         return 0.0, False, (f"answer {normalised[:80]!r} refused: uses {', '.join(sorted(extra))}, a non-smooth "
                             f"function the item's formula does not use"), True
-    try:
-        resp = _worker_request({"op": "equiv", "form": form, "golds": golds, "symbols": symbols},
-                               timeout_s)
-    except FormulaError as e:
-        return 0.0, False, f"answer {normalised[:80]!r}: {e}", True
-    if not resp.get("ok"):
-        return 0.0, False, f"answer {normalised[:80]!r} could not be compared: {resp.get('error')}", True
-    if resp.get("equal"):
-        which = "the answer" if resp.get("matched") == 0 else f"equivalent {resp.get('matched')}"
-        return 1.0, True, f"{normalised[:80]!r} matches {which}: {resp.get('reason')}", True
-    return 0.0, False, f"{normalised[:80]!r} is not equivalent: {resp.get('reason')}", True
+
+    def compare() -> tuple[float, bool, str, bool]:
+        try:
+            resp = _worker_request({"op": "equiv", "form": form, "golds": golds, "symbols": symbols},
+                                   timeout_s)
+        except FormulaError as e:
+            return 0.0, False, f"answer {normalised[:80]!r}: {e}", True
+        if not resp.get("ok"):
+            return 0.0, False, f"answer {normalised[:80]!r} could not be compared: {resp.get('error')}", True
+        if resp.get("equal"):
+            which = "the answer" if resp.get("matched") == 0 else f"equivalent {resp.get('matched')}"
+            return 1.0, True, f"{normalised[:80]!r} matches {which}: {resp.get('reason')}", True
+        return 0.0, False, f"{normalised[:80]!r} is not equivalent: {resp.get('reason')}", True
+    return compare

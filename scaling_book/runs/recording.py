@@ -3,7 +3,9 @@
 A run is written in two steps so that no process death can leave one marked complete: `start_run`
 commits a row with status `running`; `finish_run` then writes every rollout and sets the final
 status (`complete`, or `failed` when any rollout errored) in one transaction. A run that never
-finishes stays `running` and is excluded from every history view.
+finishes stays `running` and is excluded from every history view. A complete run's per-item
+aggregates (`run_item_aggregates`: mean exact, mean correctness, rollouts) are written in that same
+transaction, once; the history views read them rather than every rollout.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from scaling_book.store.models import EvalRun, RolloutResult
+from scaling_book.store.models import EvalRun, RolloutResult, RunItemAggregate
 
 
 @dataclass
@@ -97,7 +100,24 @@ def finish_run(factory: sessionmaker[Session], run_id: int, rollouts: Iterable[R
         run.status = "failed" if failed else "complete"
         run.error = error if error is not None or not failed else failure_summary(rollouts)
         run.finished_at = datetime.now(UTC)
+        if run.status == "complete":
+            session.flush()
+            _write_aggregates(session, run_id)
         return run.status
+
+
+def _write_aggregates(session: Session, run_id: int) -> None:
+    """Insert run `run_id`'s per-item aggregates, computed from its stored rollouts."""
+    x = RolloutResult
+    per_item = (
+        select(x.run_id, x.item_id, func.min(x.item_content_hash), func.min(x.grader), func.min(x.split),
+               func.avg(x.exact), func.avg(x.correctness), func.count())
+        .where(x.run_id == run_id)
+        .group_by(x.run_id, x.item_id)
+    )
+    columns = ["run_id", "item_id", "item_content_hash", "grader", "split", "mean_exact", "mean_correctness",
+               "rollouts"]
+    session.execute(insert(RunItemAggregate).from_select(columns, per_item))
 
 
 def failure_summary(rollouts: list[RolloutOutcome]) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from scaling_book.content.export import load_config, load_hidden_tests, with_hidden_tests
+from scaling_book.content.export import load_hidden_tests, read_config_rows, with_hidden_tests
 from scaling_book.grading.rubric import format_reward, total_reward
 from scaling_book.runs.recording import RolloutOutcome, finish_run, start_run
 from scaling_book.runs.runner import dataset_hash_of
@@ -69,7 +69,8 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
                 select(RolloutResult).where(RolloutResult.run_id == run_id).order_by(RolloutResult.id)))
         digest = dataset_hash_of(export_dir, source.config)   # raises MissingExport before any row is read
         hidden = load_hidden_tests(export_dir)
-        infos = {row["id"]: with_hidden_tests(row["info"], hidden) for row in load_config(export_dir, source.config)}
+        infos = {row["id"]: with_hidden_tests(row["info"], hidden)
+                 for row in read_config_rows(export_dir, source.config, ["id", "info"])}
         changed = sorted({r.item_id for r in rollouts
                           if r.item_id not in infos or infos[r.item_id]["content_hash"] != r.item_content_hash})
         if changed:

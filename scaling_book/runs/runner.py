@@ -300,10 +300,12 @@ def dataset_hash_of(export_dir: Path, config: str) -> str:
 
 
 def item_versions(export_dir: Path, config: str) -> dict[str, tuple[str, str]]:
-    """item id -> (content hash, split) of every item of `config` in the export."""
-    from scaling_book.content.export import load_config
+    """item id -> (content hash, split) of every item of `config` in the export, read with pyarrow
+    and checked against the manifest (raises FileNotFoundError, `StaleExport`)."""
+    from scaling_book.content.export import read_config_rows
 
-    return {row["id"]: (row["info"]["content_hash"], row["info"]["split"]) for row in load_config(export_dir, config)}
+    rows = read_config_rows(export_dir, config, columns=["id", "info"])
+    return {row["id"]: (row["info"]["content_hash"], row["info"]["split"]) for row in rows}
 
 
 def run_and_record(request: EvalRequest, db_url: str | None = None, console: Console | None = None,

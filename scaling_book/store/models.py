@@ -16,6 +16,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     ForeignKeyConstraint,
+    Index,
     Integer,
     MetaData,
     String,
@@ -261,7 +262,10 @@ class TransferCheck(Base):
     """One transfer check: a train run and a held-out run of the same model checkpoint."""
 
     __tablename__ = "transfer_checks"
-    __table_args__ = (CheckConstraint(_in("status", RUN_STATUSES), name="status_known"),)
+    __table_args__ = (
+        CheckConstraint(_in("status", RUN_STATUSES), name="status_known"),
+        Index("ix_transfer_checks_model_step", "model", "step"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     model: Mapped[str] = mapped_column(String(200))
@@ -295,6 +299,7 @@ class EvalRun(Base):
     __table_args__ = (
         CheckConstraint(_in("status", RUN_STATUSES), name="status_known"),
         CheckConstraint("rollouts_per_item >= 1", name="rollouts_positive"),
+        Index("ix_eval_runs_model_step", "model", "step"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -353,3 +358,33 @@ class RolloutResult(Base):
     error: Mapped[str | None] = mapped_column(Text)
 
     run: Mapped[EvalRun] = relationship(back_populates="rollouts")
+
+
+class RunItemAggregate(Base):
+    """One item's outcome in one finished run: the means over its rollouts, written once when the
+    run finishes (`scaling_book.runs.recording.finish_run`) and never changed (a rescore is a new
+    run with its own rows). The `item_history` and `grader_accuracy` views read these rows, so
+    their cost does not grow with the rollouts stored.
+    """
+
+    __tablename__ = "run_item_aggregates"
+    __table_args__ = (
+        CheckConstraint("mean_exact >= 0 AND mean_exact <= 1", name="mean_exact_in_unit_interval"),
+        CheckConstraint("mean_correctness >= 0 AND mean_correctness <= 1", name="mean_correctness_in_unit_interval"),
+        CheckConstraint("rollouts >= 1", name="rollouts_positive"),
+        CheckConstraint("truncated >= 0 AND truncated <= rollouts", name="truncated_within_rollouts"),
+    )
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("eval_runs.id", ondelete="CASCADE"), primary_key=True)
+    item_id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    item_content_hash: Mapped[str] = mapped_column(String(64))
+    grader: Mapped[str] = mapped_column(String(20))
+    split: Mapped[str] = mapped_column(String(10))
+    mean_exact: Mapped[float] = mapped_column(Float)
+    """Mean of the rollouts' `exact` (0/1), in [0, 1]."""
+    mean_correctness: Mapped[float] = mapped_column(Float)
+    """Mean of the rollouts' correctness, in [0, 1]."""
+    rollouts: Mapped[int] = mapped_column(Integer)
+    """Rollouts of the item stored for the run."""
+    truncated: Mapped[int] = mapped_column(Integer, server_default="0")
+    """Rollouts whose reply was cut off by the token limit (0 until truncation is recorded)."""
