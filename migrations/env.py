@@ -44,6 +44,13 @@ def run_migrations_online() -> None:
 
 
 def _run(connection) -> None:
+    # SQLite: a batch migration rebuilds a table by dropping the old one; with foreign keys on, that
+    # drop cascades (dropping eval_runs would delete every rollout). The pragma only takes effect
+    # outside a transaction, so it is set before the migration transaction begins and checked after.
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        connection.commit()
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
@@ -52,6 +59,12 @@ def _run(connection) -> None:
     )
     with context.begin_transaction():
         context.run_migrations()
+    if sqlite:
+        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+        connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+        connection.commit()
+        if broken:
+            raise RuntimeError(f"foreign keys broken after migrating: {broken[:5]}")
 
 
 if context.is_offline_mode():

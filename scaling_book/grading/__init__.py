@@ -18,7 +18,7 @@ from scaling_book.grading.extract import extract_answer, extract_code
 __all__ = ["GRADER_VERSION", "GRADERS", "Grade", "grade"]
 
 #: Bump when grading behaviour changes; stored on every eval run.
-GRADER_VERSION = "1.1.0"
+GRADER_VERSION = "1.2.0"
 
 GRADERS = ("numeric", "numeric_multi", "mcq", "formula", "code")
 
