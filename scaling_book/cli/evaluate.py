@@ -47,6 +47,9 @@ def _request(*, model, base_url, api_key_var, config, rollouts, checkpoint, step
     if system_prompt_mode not in ("system", "user"):
         err.print(f"[bold red]--system-prompt-mode must be system or user, not {system_prompt_mode!r}[/bold red]")
         raise typer.Exit(EXIT_USAGE)
+    if limit == 0:
+        err.print("[bold red]--limit 0 selects no items; nothing to evaluate[/bold red]")
+        raise typer.Exit(EXIT_USAGE)
     sampling = {key: value for key, value in (("temperature", temperature), ("top_p", top_p),
                                               ("max_tokens", max_tokens), ("seed", seed)) if value is not None}
     return EvalRequest(model=model, base_url=base_url, api_key_var=api_key_var, config=config,

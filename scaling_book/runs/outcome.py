@@ -10,11 +10,14 @@ visible reply (`visible_reply`: what was graded); the reasoning, from the server
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from scaling_book.grading.extract import visible_reply
 from scaling_book.runs.recording import RolloutOutcome
 from scaling_book.store.models import REASONING_STORED_CHARS
+
+_CLOSING_TAG = re.compile(r"</(?:think|thinking|reasoning)\s*>$", re.I)
 
 
 def rollout_outcome(task: Any, index: int, result: Any) -> RolloutOutcome:
@@ -74,6 +77,7 @@ def _reply_parts(trace: Any) -> dict[str, Any]:
     raw = raw or ""
     visible = visible_reply(raw)
     inline = raw[: len(raw) - len(visible)] if raw.endswith(visible) else raw
+    inline = _CLOSING_TAG.sub("", inline.rstrip())
     parts = [part for part in (getattr(message, "reasoning_content", None), inline.strip()) if part]
     reasoning = "\n\n".join(parts)
     return {
