@@ -187,3 +187,150 @@ def test_empty_selection_is_an_error(built, db_url):
     code, output = cli(*eval_args("http://127.0.0.1:9/v1", db_url, built["export_dir"], "--limit", "0"))
     assert code == 2, output
     assert "selects no items" in output
+
+
+class Mixed:
+    """Right on the items whose id sorts into an even position, wrong on the others; each reply
+    waits `delay_s` seconds (slow enough to interrupt a run in the middle)."""
+
+    def __init__(self, rows, delay_s: float = 0.0):
+        self.oracle, self.wrong, self.delay_s = Oracle(rows), Wrong(rows), delay_s
+        self.right = set(sorted(row["id"] for row in rows)[::2])
+
+    def __call__(self, messages):
+        row = self.oracle.row_for(messages)
+        policy = self.oracle if row["id"] in self.right else self.wrong
+        return Reply(policy.answer(row), delay_s=self.delay_s)
+
+
+def _spawn(args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, KEY_VAR: KEY, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-c", "from scaling_book.cli import main; main()", *args],
+                            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_rollouts(db_url: str, at_least: int, process: subprocess.Popen, timeout_s: float = 900) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read()
+        try:
+            count = query(db_url, "SELECT COUNT(*) FROM rollout_results")[0][0]
+        except sqlite3.OperationalError:   # the store is not created yet
+            count = 0
+        if count >= at_least:
+            return count
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {at_least} rollouts stored after {timeout_s} s")
+
+
+def test_sigint_stores_finished_rollouts_and_resume_completes_the_run(built, tmp_path, qa_rows):
+    limit, rollouts = 8, 2
+    db_url = f"sqlite:///{tmp_path / 'interrupted.sqlite'}"
+    reference_db = f"sqlite:///{tmp_path / 'reference.sqlite'}"
+    with FakeOpenAI(Mixed(qa_rows, delay_s=0.4)) as server:
+        process = _spawn(eval_args(server.base_url, db_url, built["export_dir"], "--limit", str(limit),
+                                   "--rollouts", str(rollouts), "--max-concurrent", "2", "--seed", "3"))
+        stored_before = _wait_for_rollouts(db_url, 3, process)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, output
+    [run] = query(db_url, "SELECT * FROM eval_runs")
+    stored = query(db_url, "SELECT COUNT(*) FROM rollout_results")[0][0]
+    assert run["status"] == "interrupted"
+    assert stored_before <= stored < limit * rollouts   # in-flight ones may finish, not the rest
+    assert f"scaling-book resume {run['id']}" in output and f"run {run['id']} started" in output
+
+    code, output = cli("runs", "--db", db_url)
+    assert "interrupted" in output
+    with FakeOpenAI(Mixed(qa_rows)) as server:
+        code, output = cli("resume", str(run["id"]), "--db", db_url, "--export-dir", str(built["export_dir"]),
+                           "--base-url", server.base_url)
+        resumed_requests = server.completions()
+        assert code == 0, output
+        assert len(resumed_requests) == limit * rollouts - stored   # only the missing pairs ran
+        assert all(request.body["seed"] == 3 for request in resumed_requests)   # stored sampling reused
+        code, reference_output = cli(*eval_args(server.base_url, reference_db, built["export_dir"], "--limit",
+                                                str(limit), "--rollouts", str(rollouts), "--seed", "3"))
+        assert code == 0, reference_output
+    [run] = query(db_url, "SELECT * FROM eval_runs")
+    assert run["status"] == "complete"
+    pairs = query(db_url, "SELECT item_id, rollout_index, exact FROM rollout_results")
+    assert len(pairs) == limit * rollouts == len({(p["item_id"], p["rollout_index"]) for p in pairs})
+    # Mixed answers the even-position half of the selected items right: 4 of 8 items, every rollout.
+    assert sum(p["exact"] for p in pairs) / len(pairs) == 0.5
+    reference = query(reference_db, "SELECT item_id, rollout_index, exact FROM rollout_results")
+    assert sorted(map(tuple, reference)) == sorted(map(tuple, pairs))
+
+
+def test_resume_refuses_a_complete_run_and_a_changed_export(built, db_url, qa_rows, tmp_path):
+    import shutil
+
+    with FakeOpenAI(Oracle(qa_rows)) as server:
+        code, output = cli(*eval_args(server.base_url, db_url, built["export_dir"], "--limit", "1"))
+        assert code == 0, output
+    code, output = cli("resume", "1", "--db", db_url, "--export-dir", str(built["export_dir"]))
+    assert code == 4 and "is complete" in output
+    query(db_url, "SELECT 1")
+    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as connection:
+        connection.execute("UPDATE eval_runs SET status = 'interrupted'")
+    export = tmp_path / "export"
+    shutil.copytree(built["export_dir"], export)
+    manifest = json.loads((export / "manifest.json").read_text())
+    manifest["configs"]["qa"]["dataset_hash"] = "0" * 64
+    (export / "manifest.json").write_text(json.dumps(manifest))
+    code, output = cli("resume", "1", "--db", db_url, "--export-dir", str(export))
+    assert code == 4 and "has changed" in output
+
+
+def test_stale_running_runs_show_distinctly_and_are_pruned(built, db_url, qa_rows):
+    with FakeOpenAI(Oracle(qa_rows)) as server:
+        code, output = cli(*eval_args(server.base_url, db_url, built["export_dir"], "--limit", "1"))
+        assert code == 0, output
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()   # a pid that no longer runs
+    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as connection:
+        connection.execute("UPDATE eval_runs SET status = 'running', pid = ?, host = ?", (dead.pid, socket.gethostname()))
+    code, output = cli("runs", "--db", db_url)
+    assert code == 0 and "running (stale)" in output
+    code, output = cli("runs", "--prune-stale", "--db", db_url)
+    assert code == 0 and "marked 1 stale running runs failed: 1" in output
+    assert query(db_url, "SELECT status FROM eval_runs")[0][0] == "failed"
+
+
+def test_read_commands_work_on_a_read_only_store(built, db_url, qa_rows):
+    with FakeOpenAI(Oracle(qa_rows)) as server:
+        for _ in range(2):
+            code, output = cli(*eval_args(server.base_url, db_url, built["export_dir"], "--limit", "2"))
+            assert code == 0, output
+    path = db_url.removeprefix("sqlite:///")
+    read_only = f"sqlite:///file:{path}?mode=ro&uri=true"
+    code, output = cli("runs", "--db", read_only)
+    assert code == 0 and "complete" in output, output
+    code, output = cli("compare", "1", "2", "--db", read_only)
+    assert code == 0 and "2 common items" in output, output
+    code, output = cli("history", "--db", read_only)
+    assert code == 4 and "no completed transfer checks" in output, output
+    assert not Path("file:" + str(Path(path).parent)).exists()
+
+
+def test_items_show_and_export_run(built, db_url, qa_rows, tmp_path):
+    ids = first_ids(qa_rows, 2)
+    code, output = cli("items", "--config", "qa", "--export-dir", str(built["export_dir"]))
+    assert code == 0 and ids[0] in output and f"items of config qa ({len(qa_rows)})" in output
+    code, output = cli("items", "show", ids[0], "--export-dir", str(built["export_dir"]))
+    row = next(r for r in qa_rows if r["id"] == ids[0])
+    assert code == 0 and row["question"][:60] in output and row["answer"] in output
+    with FakeOpenAI(Wrong(qa_rows)) as server:
+        code, output = cli(*eval_args(server.base_url, db_url, built["export_dir"], "--limit", "2"))
+    code, output = cli("show", "1", "--wrong", "--item", ids[1], "--db", db_url)
+    assert code == 0 and "1 of 2 rollouts shown" in output and ids[1] in output
+    out = tmp_path / "run.jsonl"
+    code, output = cli("export-run", "1", "--format", "jsonl", "--output", str(out), "--db", db_url)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["item_id"] for r in records] == ids and all(r["exact"] == 0 for r in records)
+    out = tmp_path / "run.csv"
+    code, output = cli("export-run", "1", "--format", "csv", "--output", str(out), "--db", db_url)
+    import csv
+
+    with out.open() as handle:
+        assert [r["status"] for r in csv.DictReader(handle)] == ["ok", "ok"]
