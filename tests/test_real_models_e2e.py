@@ -334,3 +334,22 @@ def test_items_show_and_export_run(built, db_url, qa_rows, tmp_path):
 
     with out.open() as handle:
         assert [r["status"] for r in csv.DictReader(handle)] == ["ok", "ok"]
+
+
+def test_the_taskset_scores_a_truncated_trace_zero_on_every_signal(qa_rows):
+    """Under `vf-eval` the taskset's own signals read `trace.is_truncated` (finish_reason "length")."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from scaling_book.environment.taskset import TRUNCATED_REASON, ScalingBookTask, ScalingBookTaskConfig, row_data
+
+    row = qa_rows[0]
+    right = Oracle(qa_rows).answer(row)
+    scores = {}
+    for truncated in (False, True):
+        task = ScalingBookTask(row_data(row), ScalingBookTaskConfig())
+        trace = SimpleNamespace(info={}, is_truncated=truncated, last_reply=right)
+        scores[truncated] = [asyncio.run(signal(trace)) for signal in (task.correctness, task.format, task.exact)]
+        if truncated:
+            assert trace.info["grade"]["reason"] == TRUNCATED_REASON
+    assert scores == {False: [1.0, 1.0, 1.0], True: [0.0, 0.0, 0.0]}
