@@ -61,21 +61,14 @@ def visible_reply(text: str | None) -> str:
     ``</reasoning>``; any case), or the whole reply when there is none. A reasoning tag opened and
     never closed means the reply ended inside its reasoning: the visible reply is ``""``."""
     text = text or ""
-    last = None
-    for last in _REASONING_CLOSE.finditer(text):
-        pass
-    if last is not None:
-        text = text[last.end():]
+    closes = list(_REASONING_CLOSE.finditer(text))
+    text = text[closes[-1].end():] if closes else text
     return "" if _REASONING_OPEN.search(text) else text
-
-
-def _drop_reasoning(response: str) -> str:
-    return visible_reply(response)
 
 
 def extract_answer(response: str | None) -> str | None:
     """The stripped content of the last ``<answer>...</answer>`` block, or None (none, or empty)."""
-    text = _drop_reasoning(response or "")
+    text = visible_reply(response)
     # The blocks ``re.findall(r"<answer>(.*?)</answer>")`` would find, found in linear time: that regex
     # rescans to the end of the text from every unclosed "<answer>" (quadratic; 64 KB took 5 s).
     last, pos = None, 0
@@ -95,7 +88,7 @@ def extract_answer(response: str | None) -> str | None:
 
 def extract_code(response: str | None) -> str | None:
     """The content of the last fenced ```python block, or None."""
-    text = _drop_reasoning(response or "")
+    text = visible_reply(response)
     blocks = _CODE.findall(text)
     if not blocks:
         return None
