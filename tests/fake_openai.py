@@ -1,8 +1,13 @@
 """A tiny OpenAI-compatible chat-completions server for tests, playing a scripted policy.
 
 `FakeOpenAI(policy)` listens on 127.0.0.1 on a free port in a background thread. A policy is a
-function from the request's messages (a list of {"role", "content"} dicts) to the reply text; it
-may raise `PolicyError(status)` to answer with an HTTP error instead. Every request is recorded.
+function from the request's messages (a list of {"role", "content"} dicts) to the reply text, or to
+a `Reply` that also sets `finish_reason` ("length" for a reply cut at the token limit),
+`reasoning_content`, a null `content`, a delay before answering, or a hang (never answers until the
+server stops); it may raise `PolicyError(status)` to answer with an HTTP error instead (401 for a
+rejected key). `api_key` makes every route answer 401 to any other bearer token; `served_models` is
+the list `GET /v1/models` returns (empty by default: the server does not enumerate its models).
+Every request is recorded.
 
     with FakeOpenAI(policy) as server:
         evaluate(..., base_url=server.base_url, api_key_var="FAKE_KEY")
@@ -28,7 +33,20 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-Policy = Callable[[list[dict[str, Any]]], str]
+@dataclass
+class Reply:
+    """A scripted reply with more than text: `content=None` sends a null content."""
+
+    content: str | None
+    finish_reason: str = "stop"
+    reasoning_content: str | None = None
+    delay_s: float = 0.0
+    """Seconds to wait before answering (a slow reply)."""
+    hang: bool = False
+    """Never answer (until the server stops): a server that accepts and goes silent."""
+
+
+Policy = Callable[[list[dict[str, Any]]], "str | Reply"]
 
 
 class PolicyError(Exception):
@@ -55,9 +73,12 @@ class FakeOpenAI:
     policy: Policy
     model: str = "fake-model"
     requests: list[Request] = field(default_factory=list)
+    api_key: str | None = None
+    served_models: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -76,10 +97,20 @@ class FakeOpenAI:
             def _json(self, status: int, body: dict[str, Any]) -> None:
                 self._send(status, json.dumps(body).encode(), "application/json")
 
+            def _authorized(self) -> bool:
+                if server.api_key is None or self.headers.get("Authorization") == f"Bearer {server.api_key}":
+                    return True
+                self._json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                           "code": "invalid_api_key"}})
+                return False
+
             def do_GET(self) -> None:
+                if not self._authorized():
+                    return
                 if self.path.rstrip("/").endswith("/models"):
                     self._json(200, {"object": "list", "data": [
-                        {"id": server.model, "object": "model", "created": 0, "owned_by": "test"}]})
+                        {"id": name, "object": "model", "created": 0, "owned_by": "test"}
+                        for name in server.served_models]})
                 else:
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -88,15 +119,24 @@ class FakeOpenAI:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server._lock:
                     server.requests.append(Request(self.path, body, self.headers.get("Authorization")))
+                if not self._authorized():
+                    return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 try:
-                    text = server.policy(body.get("messages") or [])
+                    reply = server.policy(body.get("messages") or [])
                 except PolicyError as error:
                     self._json(error.status, {"error": {"message": str(error), "type": "test"}})
                     return
-                completion = _completion(body.get("model") or server.model, body.get("messages") or [], text)
+                reply = reply if isinstance(reply, Reply) else Reply(reply)
+                if reply.hang:
+                    server._stopping.wait()
+                    self.close_connection = True
+                    return
+                if reply.delay_s and server._stopping.wait(reply.delay_s):
+                    return
+                completion = _completion(body.get("model") or server.model, body.get("messages") or [], reply)
                 if body.get("stream"):
                     self._send(200, _sse(completion), "text/event-stream")
                 else:
@@ -120,6 +160,7 @@ class FakeOpenAI:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -136,16 +177,18 @@ class FakeOpenAI:
             return [r for r in self.requests if r.path.rstrip("/").endswith("/chat/completions")]
 
 
-def _completion(model: str, messages: list[dict[str, Any]], text: str) -> dict[str, Any]:
+def _completion(model: str, messages: list[dict[str, Any]], reply: Reply) -> dict[str, Any]:
     prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages)
-    completion_tokens = len(text.split())
+    completion_tokens = len((reply.content or "").split()) + len((reply.reasoning_content or "").split())
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.reasoning_content is not None:
+        message["reasoning_content"] = reply.reasoning_content
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": "stop", "logprobs": None}],
+        "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason, "logprobs": None}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
     }
@@ -153,10 +196,11 @@ def _completion(model: str, messages: list[dict[str, Any]], text: str) -> dict[s
 
 def _sse(completion: dict[str, Any]) -> bytes:
     base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    text = completion["choices"][0]["message"]["content"]
+    choice = completion["choices"][0]
+    delta = {"role": "assistant", **choice["message"]}
     chunks = [
-        base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
-        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        base | {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
         base | {"choices": [], "usage": completion["usage"]},
     ]
     return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
@@ -184,6 +228,8 @@ class ItemPolicy:
     def row_for(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         question = user_text(messages)
         row = self.by_question.get(question)
+        if row is None and "\n\n" in question:   # instructions folded into the user message
+            row = next((r for q, r in self.by_question.items() if question.endswith("\n\n" + q)), None)
         if row is None:
             raise PolicyError(400, f"unknown question: {question[:80]!r}")
         return row

@@ -225,7 +225,10 @@ def test_hash_split_partitions_each_config_stably(built):
     assert eval_side == ids("all", "eval")  # stable between loads
     # An item's side depends on its id alone, not on which other items share the config.
     assert ids("qa", "eval") == eval_side & ids("qa", "all")
-    assert ids("all", "eval", 0.0) == set() and ids("all", "train", 1.0) == set()
+    # A selection with no items is an error, not an empty run.
+    for subset, fraction in (("eval", 0.0), ("train", 1.0)):
+        with pytest.raises(ValueError, match="selects no items"):
+            ids("all", subset, fraction)
 
 
 def test_taskset_refuses_rows_that_do_not_match_the_manifest(built, tmp_path):

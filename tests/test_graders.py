@@ -36,6 +36,30 @@ def test_extract_answer_takes_the_last_block_and_ignores_reasoning():
     assert extract_answer(response) == "240"
 
 
+def test_reasoning_up_to_the_last_closing_tag_is_never_graded():
+    from scaling_book.grading.extract import visible_reply
+
+    item = numeric_item(240.0, 0.01)
+    # The chat template opened <think> in the prompt: only the closing tag is in the reply.
+    draft_then_final = "Draft: <answer>120</answer>\n</think>\nFinal: <answer>240</answer>"
+    assert extract_answer(draft_then_final) == "240"
+    # The draft's 120 is reasoning; the visible reply has no answer block: no credit, no format reward.
+    no_visible_answer = grade(item, "Draft: <answer>120</answer>\n</think>\nFinal: 240")
+    assert (no_visible_answer.correctness, no_visible_answer.formatted) == (0.0, False)
+    paid_before = grade(item, "x <answer>240</answer> y</think>no answer here")
+    assert (paid_before.correctness, paid_before.formatted) == (0.0, False)
+    # The LAST closing tag counts, whichever of the three names, in any case.
+    assert visible_reply("a</think>b</REASONING>c") == "c"
+    assert visible_reply("<thinking>plan</thinking> done") == " done"
+    # An opening tag never closed: the reply ended inside its reasoning, nothing is visible.
+    assert visible_reply("<think>so the answer is <answer>240</answer>") == ""
+    assert grade(item, "<think>so the answer is <answer>240</answer>").correctness == 0.0
+    assert visible_reply("</think>") == ""
+    assert visible_reply(None) == ""
+    code_item_reply = "<think>```python\ndef f():\n    return 1\n```</think>```python\ndef f():\n    return 2\n```"
+    assert extract_code(code_item_reply) == "def f():\n    return 2\n"
+
+
 def test_extract_answer_none_without_block_or_with_empty_block():
     assert extract_answer("The answer is 240.") is None
     assert extract_answer("<answer>   </answer>") is None

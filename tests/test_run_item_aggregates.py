@@ -10,7 +10,6 @@ import pytest
 from alembic import command
 
 from scaling_book.runs.recording import RolloutOutcome, finish_run, start_run
-from scaling_book.store import make_engine, make_session_factory
 from scaling_book.store.migrate import alembic_config
 
 VERSIONS = {"ch01-a": ("hash-a", "train"), "ch01-b": ("hash-b", "train"), "ch12-c": ("hash-c", "heldout")}
@@ -86,10 +85,11 @@ def test_migration_backfills_complete_runs_only(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.sqlite'}"
     config = alembic_config(url)
     command.upgrade(config, "0005")                       # a store from before the aggregates
-    engine = make_engine(url)
-    factory = make_session_factory(engine)
-    complete, running = _start(factory), _start(factory)
     database = _connect(url)
+    complete, running = (database.execute(
+        "INSERT INTO eval_runs (model, config, rollouts_per_item, sampling_json, dataset_hash, grader_version,"
+        " status, started_at) VALUES ('m', 'train', 3, '{}', 'd', 'test', 'running', '2026-11-30')").lastrowid
+        for _ in range(2))
     for row in ROWS:
         content_hash, split = VERSIONS[row.item_id]
         database.execute(
@@ -103,7 +103,6 @@ def test_migration_backfills_complete_runs_only(tmp_path: Path) -> None:
                      " VALUES (?, 'ch01-a', 'hash-a', 'numeric', 'train', 0, 'ok', 1.0, 1.0, 1, 1.2, '')", (running,))
     database.commit()
     database.close()
-    engine.dispose()
 
     command.upgrade(config, "head")
     database = _connect(url)
@@ -112,6 +111,9 @@ def test_migration_backfills_complete_runs_only(tmp_path: Path) -> None:
     assert _aggregates(database, running) == {}
     database.close()
 
+    allowed = alembic_config(url)                         # 0007's downgrade drops run columns: allowed here
+    allowed.cmd_opts = type("Options", (), {"x": ["allow_data_loss=true"]})()
+    command.downgrade(allowed, "0006")
     command.downgrade(config, "0005")                     # the old views come back, over the rollouts
     database = _connect(url)
     assert database.execute("SELECT count(*) FROM item_history WHERE run_id = ?", (complete,)).fetchone() == (3,)

@@ -32,7 +32,7 @@ def test_upgrade_then_downgrade_base_leaves_no_tables(store_url: str) -> None:
     command.upgrade(config, "head")
     engine = make_engine(url)
     assert "items" in inspect(engine).get_table_names()
-    assert set(inspect(engine).get_view_names()) == {"transfer_gap", "item_history", "grader_accuracy"}
+    assert set(inspect(engine).get_view_names()) == {"transfer_gap", "item_history", "grader_accuracy", "run_truncation"}
     command.downgrade(config, "base")
     engine.dispose()
     engine = make_engine(url)
@@ -127,3 +127,37 @@ def test_baseline_of_one_is_refused(session_factory) -> None:
         with session_factory() as session, session.begin():
             session.execute(text("INSERT INTO baselines (item_id, best_fraction, best_constant, measured_at) "
                                  "VALUES ('ch01-c', 1.0, '0', '2026-01-01')"))
+
+
+def test_migration_0007_keeps_every_row_and_view(tmp_path: Path) -> None:
+    """Rows written under 0002's schema survive every later migration, 0007's table rebuilds included,
+    unchanged; the views still read them (item_history through the aggregates 0006 backfills), and the
+    new status values are accepted afterwards."""
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    config = alembic_config(url)
+    command.upgrade(config, "0002")
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO transfer_checks (model, created_at, dataset_hash, sampling_json, status, seed) "
+            "VALUES ('m', '2026-01-01', 'h', '{}', 'complete', 0)"))
+        connection.execute(text(
+            "INSERT INTO eval_runs (model, config, rollouts_per_item, sampling_json, dataset_hash, grader_version, "
+            "status, started_at, transfer_check_id) VALUES ('m', 'train', 2, '{}', 'h', '1', 'complete', "
+            "'2026-01-01', 1)"))
+        for index, exact in ((0, 1), (1, 0)):
+            connection.execute(text(
+                "INSERT INTO rollout_results (run_id, item_id, item_content_hash, grader, split, rollout_index, "
+                "status, correctness, format, exact, reward, reason) VALUES (1, 'ch01-a', 'h', 'mcq', 'train', "
+                ":i, 'ok', :e, 1, :e, 1, 'r')"), {"i": index, "e": exact})
+    engine.dispose()
+    command.upgrade(config, "head")
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        assert connection.execute(text("SELECT COUNT(*) FROM rollout_results")).scalar() == 2
+        assert connection.execute(text("SELECT mean_exact, rollouts FROM item_history")).one() == (0.5, 2)
+        assert connection.execute(text("SELECT rollouts, truncated FROM run_truncation")).one() == (2, 0)
+        connection.execute(text("UPDATE eval_runs SET status = 'interrupted'"))
+        connection.execute(text("UPDATE rollout_results SET status = 'truncated' WHERE rollout_index = 1"))
+        assert connection.execute(text("PRAGMA foreign_keys")).scalar() == 1
+    engine.dispose()

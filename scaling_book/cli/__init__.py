@@ -2,7 +2,9 @@
 
 - `app`: the Typer app, exit codes, shared options and pre-checks;
 - `content`: `build`;
-- `runs`: `eval`, `transfer-check`, `history`, `runs`, `compare`, `rescore`;
+- `evaluate`: `eval`, `transfer-check`, `resume` (the commands that call a model);
+- `runs`: `history`, `runs`, `compare`, `rescore`;
+- `inspect`: `items`, `items show`, `show`, `export-run`;
 - `db`: `db url`, `db upgrade`;
 - `render`: the tables and lines the commands print.
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from scaling_book.cli import content, db, runs  # noqa: F401  (registers the commands on `app`)
+from scaling_book.cli import content, db, evaluate, inspect, runs  # noqa: F401  (registers the commands on `app`)
 from scaling_book.cli.app import EXIT_DATABASE, EXIT_USAGE, app, err
 
 __all__ = ["app", "main"]

@@ -3,9 +3,11 @@ commands run before calling the module that owns a step.
 
 Exit codes: 0 success; 1 the seed or the gate refused the content (nothing exported), or a rescore
 over changed items; 2 usage error (bad option, bad database URL); 3 an evaluation failed (a rollout
-errored or the endpoint was unreachable; the run is stored as failed); 4 something to read is missing
-(no export, no store, no such run, no history); 5 a database error at run time (server unreachable,
-database missing or locked, a store at a schema revision this version does not know).
+errored, or the endpoint check failed: unreachable, key refused, model not served); 4 something to read
+is missing (no export, no store, no such run, no history, nothing to resume); 5 a database error at run
+time (server unreachable, database missing or locked, a store at a schema revision this version does
+not know); 130 a run was interrupted by SIGINT/SIGTERM (its finished rollouts are stored;
+`scaling-book resume RUN` finishes it).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ EXIT_USAGE = 2
 EXIT_EVAL_FAILED = 3
 EXIT_MISSING = 4
 EXIT_DATABASE = 5
+EXIT_INTERRUPTED = 130
 
 app = typer.Typer(
     help="scaling-book: build the item store from seed/, gate and export it, evaluate models and track "
@@ -71,6 +74,22 @@ def require_store(db: str | None) -> None:
         err.print(f"[bold red]no store at {resolve_db_url(db)}[/bold red]: run `scaling-book build` (or pass the "
                   "right --db)", highlight=False)
         raise typer.Exit(EXIT_MISSING)
+
+
+def open_for_reading(db: str | None):
+    """An engine on an existing store for a read-only command: exits 4 without a store, migrates only a
+    writable store that is behind, and exits 4 when a read-only store is behind (never writes to it)."""
+    from scaling_book.store.engine import is_read_only, make_engine
+    from scaling_book.store.migrate import at_head, upgrade_to_head
+
+    require_store(db)
+    if not at_head(db):
+        if is_read_only(db):
+            err.print("[bold red]the read-only store is at an older schema[/bold red]: run `scaling-book db "
+                      "upgrade` on a writable copy")
+            raise typer.Exit(EXIT_MISSING)
+        upgrade_to_head(db)
+    return make_engine(db)
 
 
 def check_config(config: str) -> None:

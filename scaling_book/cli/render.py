@@ -93,13 +93,14 @@ def print_transfer_check(console: Console, result: Any, model: str, checkpoint: 
     halves = Table(title=f"transfer check {result.transfer_check_id}: {model}"
                    + (f" @ {checkpoint}" if checkpoint else "") + (f" (step {step})" if step is not None else ""),
                    title_justify="left")
-    for column in ("half", "run", "items", "rollouts", "exact accuracy", "95% interval"):
+    for column in ("half", "run", "items", "rollouts", "truncated", "exact accuracy", "95% interval"):
         halves.add_column(column, justify="left" if column == "half" else "right")
     halves.add_row("train", str(result.runs["train"].run_id), str(report.train_items), str(report.train_rollouts),
-                   f"{100 * report.train_accuracy:.1f}%", fmt_interval(*interval_ends(report.train_interval), 100))
+                   str(result.runs["train"].truncated), f"{100 * report.train_accuracy:.1f}%",
+                   fmt_interval(*interval_ends(report.train_interval), 100))
     halves.add_row("heldout", str(result.runs["heldout"].run_id), str(report.heldout_items),
-                   str(report.heldout_rollouts), f"{100 * report.heldout_accuracy:.1f}%",
-                   fmt_interval(*interval_ends(report.heldout_interval), 100))
+                   str(report.heldout_rollouts), str(result.runs["heldout"].truncated),
+                   f"{100 * report.heldout_accuracy:.1f}%", fmt_interval(*interval_ends(report.heldout_interval), 100))
     console.print(halves)
     labels = sorted({result.runs[half].isolation or "unknown" for half in ("train", "heldout")})
     console.print(f"code isolation: {_isolation_cell(' / '.join(labels))}")
@@ -127,13 +128,14 @@ def print_transfer_check(console: Console, result: Any, model: str, checkpoint: 
 def print_history(console: Console, rows: list) -> None:
     """One row per completed transfer check: step, each half with its interval, gap, matched gap."""
     table = Table(title="transfer checks", title_justify="left")
-    for column in ("id", "model", "checkpoint", "step", "train", "heldout", "gap (pts)", "gap 95%",
-                   "matched (pts)", "matched 95%", "isolation"):
+    for column in ("id", "model", "checkpoint", "step", "train", "heldout", "truncated (train/heldout)",
+                   "gap (pts)", "gap 95%", "matched (pts)", "matched 95%", "isolation"):
         table.add_column(column, justify="left" if column in ("model", "checkpoint") else "right")
     for r in rows:
+        truncated = "-" if r.train_truncated is None else f"{r.train_truncated}/{r.heldout_truncated}"
         table.add_row(str(r.transfer_check_id), r.model, r.checkpoint or "-", "-" if r.step is None else str(r.step),
                       f"{100 * r.train_accuracy:.1f}% {fmt_interval(*r.train_ci, 100, 0)}",
-                      f"{100 * r.heldout_accuracy:.1f}% {fmt_interval(*r.heldout_ci, 100, 0)}",
+                      f"{100 * r.heldout_accuracy:.1f}% {fmt_interval(*r.heldout_ci, 100, 0)}", truncated,
                       f"{r.gap_points:+.1f}", fmt_interval(*r.gap_ci),
                       "-" if r.matched_gap_points is None else f"{r.matched_gap_points:+.1f}",
                       fmt_interval(*r.matched_gap_ci), _isolation_cell(r.isolation))
@@ -145,15 +147,27 @@ def _isolation_cell(label: str) -> str:
     return label if label.startswith("bwrap") or label == "unknown" else f"[bold red]{label}[/bold red]"
 
 
+STATUS_STYLE = {"complete": "green", "failed": "red", "interrupted": "yellow", "running": "cyan"}
+
+
+def run_status_text(status: str, stale: bool) -> str:
+    """A run's status for a table: `running (stale)` when its process is gone, coloured by status."""
+    if stale:
+        return "[bold red]running (stale)[/bold red]"
+    return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
+
+
 def print_runs(console: Console, found: list) -> None:
-    """Stored runs, newest first: (run, rollouts, mean exact) rows."""
+    """Stored runs, newest first: (run, rollouts, mean exact, truncated, stale) rows."""
     table = Table(title="eval runs (newest first)", title_justify="left")
-    for column in ("run", "model", "checkpoint", "step", "config", "status", "rollouts", "exact", "transfer check",
-                   "rescored from", "graders", "isolation"):
-        table.add_column(column, justify="right" if column in ("run", "step", "rollouts", "exact") else "left")
-    for run, n, exact in found:
+    for column in ("run", "model", "checkpoint", "step", "config", "status", "rollouts", "truncated", "exact",
+                   "transfer check", "rescored from", "graders", "isolation"):
+        table.add_column(column, justify="right" if column in ("run", "step", "rollouts", "truncated", "exact")
+                         else "left")
+    for run, n, exact, truncated, stale in found:
         table.add_row(str(run.id), run.model, run.checkpoint or "-", "-" if run.step is None else str(run.step),
-                      run.config, run.status, str(n), "-" if exact is None else f"{exact:.3f}",
+                      run.config, run_status_text(run.status, stale), str(n), str(truncated),
+                      "-" if exact is None else f"{exact:.3f}",
                       "-" if run.transfer_check_id is None else str(run.transfer_check_id),
                       "-" if run.rescored_from_run_id is None else str(run.rescored_from_run_id), run.grader_version,
                       _isolation_cell(run.isolation or "unknown"))
@@ -163,6 +177,9 @@ def print_runs(console: Console, found: list) -> None:
 def print_comparison(console: Console, result: Any) -> None:
     """Items that flipped each way between two runs, the paired difference, and what was not compared."""
     run_a, run_b = result.run_a, result.run_b
+    for key, (a, b) in (result.sampling_differences or {}).items():
+        console.print(f"[yellow]warning:[/yellow] runs were sampled differently: {key} = {a} in run {run_a}, "
+                      f"{b} in run {run_b}", highlight=False)
     console.print(f"runs {run_a} -> {run_b}: {result.common_items} common items; "
                   f"difference {result.difference_points:+.1f} points, paired 95% {fmt_interval(*result.interval)}")
     console.print(f"right in {run_b} only ({len(result.gained)}): {', '.join(result.gained) or '-'}")

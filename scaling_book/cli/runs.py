@@ -1,8 +1,11 @@
-"""`scaling-book eval`, `transfer-check`, `history`, `runs`, `compare`, `rescore`: the runs command group."""
+"""`scaling-book history`, `runs`, `compare`, `rescore`: reading and re-grading stored runs.
+
+The read commands (`history`, `runs`, `compare`) work on a read-only store
+(`sqlite:///file:PATH?mode=ro&uri=true`): they migrate nothing and need no write access to its folder.
+"""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,99 +19,17 @@ from scaling_book.cli.app import (
     DbOption,
     ExportOption,
     app,
-    check_config,
-    check_endpoint,
     console,
     err,
+    open_for_reading,
     require_store,
 )
 from scaling_book.cli.render import (
     print_comparison,
     print_history,
     print_runs,
-    print_transfer_check,
 )
 from scaling_book.paths import export_dir
-
-
-@app.command("eval")
-def eval_command(
-    model: Annotated[str, typer.Option("--model", "-m", help="Model name sent to the endpoint.")],
-    base_url: Annotated[str, typer.Option("--base-url", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")],
-    api_key_var: Annotated[str, typer.Option("--api-key-var", help="Name of the environment variable holding the API key.")] = "OPENAI_API_KEY",
-    config: Annotated[str, typer.Option("--config", help="Config to evaluate: qa, code, train, heldout_qa, heldout_code, heldout, all.")] = "train",
-    rollouts: Annotated[int, typer.Option("--rollouts", "-r", min=1, help="Rollouts per item.")] = 1,
-    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint label stored with the run.")] = None,
-    step: Annotated[Optional[int], typer.Option("--step", help="Training step stored with the run.")] = None,
-    max_concurrent: Annotated[int, typer.Option("--max-concurrent", min=1, help="Rollouts in flight at once.")] = 8,
-    allow_unisolated_code: Annotated[bool, typer.Option("--allow-unisolated-code", help="Run code submissions even without isolation (no working bwrap): NOT a sandbox.")] = False,
-    db: DbOption = None,
-    export_from: ExportOption = None,
-) -> None:
-    """Evaluate a model on one config through the verifiers taskset and store the run.
-
-    Every rollout's rewards, metrics, response and grader reason land in the store in one transaction.
-    A run in which any rollout errored is stored as failed and the command exits 3.
-    """
-    from scaling_book.runs.runner import EvalRequest, MissingExport, run_and_record
-
-    request = EvalRequest(model=model, base_url=base_url, api_key_var=api_key_var, config=config,
-                          rollouts_per_item=rollouts, checkpoint=checkpoint, step=step,
-                          max_concurrent=max_concurrent, export_dir=export_dir(export_from),
-                          allow_unisolated_code=allow_unisolated_code)
-    check_config(config)
-    check_endpoint(base_url, api_key_var)
-    try:
-        summary = run_and_record(request, db_url=db, console=err)
-    except MissingExport as exc:
-        err.print(f"[bold red]{exc}[/bold red]")
-        raise typer.Exit(EXIT_MISSING) from None
-    console.print(summary.table())
-    if summary.status != "complete":
-        err.print(f"[bold red]run {summary.run_id} failed:[/bold red] {summary.error}", highlight=False)
-        raise typer.Exit(EXIT_EVAL_FAILED)
-    console.print(f"run {summary.run_id} complete: {summary.n_rollouts} rollouts in {summary.seconds:.1f} s")
-
-
-@app.command("transfer-check")
-def transfer_check_command(
-    model: Annotated[str, typer.Option("--model", "-m", help="Model name sent to the endpoint.")],
-    base_url: Annotated[str, typer.Option("--base-url", help="OpenAI-compatible base URL.")],
-    api_key_var: Annotated[str, typer.Option("--api-key-var", help="Environment variable holding the API key.")] = "OPENAI_API_KEY",
-    rollouts: Annotated[int, typer.Option("--rollouts", "-r", min=1, help="Rollouts per item.")] = 4,
-    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint label.")] = None,
-    step: Annotated[Optional[int], typer.Option("--step", help="Training step of the checkpoint.")] = None,
-    max_concurrent: Annotated[int, typer.Option("--max-concurrent", min=1, help="Rollouts in flight at once.")] = 8,
-    allow_unisolated_code: Annotated[bool, typer.Option("--allow-unisolated-code", help="Run code submissions even without isolation (no working bwrap): NOT a sandbox.")] = False,
-    db: DbOption = None,
-    export_from: ExportOption = None,
-) -> None:
-    """Evaluate train and heldout, store both runs under one transfer check, print the gap.
-
-    Prints each half's exact accuracy (items, rollouts, 95% interval), the gap in points, a per-grader
-    table and the matched-grader gap (held-out reweighted to the train grader mix). A check in which any
-    rollout failed is stored as failed (exit 3) and stays out of the history views.
-    """
-    from scaling_book.runs.runner import EvalRequest, MissingExport
-    from scaling_book.runs.transfer_check import run_transfer_check
-
-    request = EvalRequest(model=model, base_url=base_url, api_key_var=api_key_var, config="train",
-                          rollouts_per_item=rollouts, checkpoint=checkpoint, step=step,
-                          max_concurrent=max_concurrent, export_dir=export_dir(export_from),
-                          allow_unisolated_code=allow_unisolated_code)
-    check_endpoint(base_url, api_key_var)
-    started = time.perf_counter()
-    try:
-        result = run_transfer_check(request, db_url=db, console=err)
-    except MissingExport as exc:
-        err.print(f"[bold red]{exc}[/bold red]")
-        raise typer.Exit(EXIT_MISSING) from None
-    if result.status != "complete":
-        err.print(f"[bold red]transfer check {result.transfer_check_id} failed:[/bold red] {result.error}",
-                  highlight=False)
-        raise typer.Exit(EXIT_EVAL_FAILED)
-    print_transfer_check(console, result, model, checkpoint, step)
-    console.print(f"took {time.perf_counter() - started:.1f} s")
 
 
 @app.command()
@@ -125,14 +46,12 @@ def history(
     """
     from scaling_book.runs.history import transfer_history
     from scaling_book.runs.plot import METRICS, plot_history, unplaced
-    from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
+    from scaling_book.store import make_session_factory
 
     if metric not in METRICS:
         err.print(f"[bold red]unknown --metric {metric!r}[/bold red]; choose one of {', '.join(METRICS)}")
         raise typer.Exit(EXIT_USAGE)
-    require_store(db)
-    upgrade_to_head(db)
-    engine = make_engine(db)
+    engine = open_for_reading(db)
     rows = transfer_history(make_session_factory(engine), model)
     engine.dispose()
     if not rows:
@@ -157,15 +76,27 @@ def history(
 def runs(
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Only this model's runs.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Show the newest N runs.")] = 20,
+    prune_stale: Annotated[bool, typer.Option("--prune-stale", help="Mark running runs whose process is gone as failed.")] = False,
     db: DbOption = None,
 ) -> None:
-    """List stored eval runs, newest first: the ids that `compare` and `rescore` take."""
-    from scaling_book.runs.history import list_runs
+    """List stored eval runs, newest first: the ids that `compare`, `rescore`, `show` and `resume` take.
+
+    A `running` run whose process is gone (its pid is dead on this host, or its heartbeat stopped) shows
+    as `running (stale)`; `--prune-stale` marks those failed. Interrupted runs can be resumed.
+    """
+    from scaling_book.runs.history import list_runs, prune_stale_runs
     from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
 
-    require_store(db)
-    upgrade_to_head(db)
-    engine = make_engine(db)
+    if prune_stale:
+        require_store(db)
+        upgrade_to_head(db)
+        engine = make_engine(db)
+        try:
+            pruned = prune_stale_runs(make_session_factory(engine))
+        finally:
+            engine.dispose()
+        console.print(f"marked {len(pruned)} stale running runs failed" + (f": {', '.join(map(str, pruned))}" if pruned else ""))
+    engine = open_for_reading(db)
     try:
         found = list_runs(make_session_factory(engine), model=model, limit=limit)
     finally:
@@ -177,18 +108,17 @@ def runs(
 def compare(
     run_a: Annotated[int, typer.Argument(help="Id of the first (earlier) run.")],
     run_b: Annotated[int, typer.Argument(help="Id of the second run.")],
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the paired bootstrap.")] = 0,
+    bootstrap_seed: Annotated[int, typer.Option("--bootstrap-seed", help="Seed of the paired bootstrap.")] = 0,
     db: DbOption = None,
 ) -> None:
-    """Paired per-item comparison of two runs: items that flipped each way and the difference (B - A)."""
+    """Paired per-item comparison of two runs: items that flipped each way and the difference (B - A).
+    Warns when the runs were sampled differently (their sampling_json differs)."""
     from scaling_book.runs.compare import compare_runs
-    from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
+    from scaling_book.store import make_session_factory
 
-    require_store(db)
-    upgrade_to_head(db)
-    engine = make_engine(db)
+    engine = open_for_reading(db)
     try:
-        result = compare_runs(make_session_factory(engine), run_a, run_b, seed=seed)
+        result = compare_runs(make_session_factory(engine), run_a, run_b, seed=bootstrap_seed)
     except (LookupError, ValueError) as exc:
         err.print(f"[bold red]cannot compare:[/bold red] {exc}")
         raise typer.Exit(EXIT_MISSING) from None

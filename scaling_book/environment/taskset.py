@@ -15,10 +15,17 @@ The grader's reason (what it extracted and why it scored so) is kept on `trace.i
 
 Config (`--env.taskset.*`): `config` picks the exported config (`train` by default; `qa`, `code`,
 `heldout_qa`, `heldout_code`, `heldout`, `all`); `eval_fraction` and `subset` carve a stable
-train/eval split out of it by a hash of the item id; `code_timeout` and `allow_code_execution`
-govern how implementation tasks are graded; `grading_workers` bounds the grading steps that block
-(sandbox runs, sympy requests) in flight at once, off the event loop; `export_dir` points at the export (default
-`$SCALING_BOOK_EXPORT`, else `build/export`).
+train/eval split out of it by a hash of the item id (a selection with no items is an error);
+`code_timeout` and `allow_code_execution` govern how implementation tasks are graded;
+`grading_workers` bounds the grading steps that block (sandbox runs, sympy requests) in flight at
+once, off the event loop; `export_dir`
+points at the export (default `$SCALING_BOOK_EXPORT`, else `build/export`); `system_prompt_mode`
+`user` folds the instructions into the user message, for served models that reject a system message.
+
+Only the visible reply is graded (`scaling_book.grading.extract.visible_reply`: reasoning up to the
+last `</think>` never counts; a server's `reasoning_content` is never read). A reply cut at the token
+limit (`trace.is_truncated`: finish_reason "length" or a framework token limit) scores 0 on every
+signal, since its answer may be a discarded draft.
 """
 
 from __future__ import annotations
@@ -48,6 +55,11 @@ GRADE_INFO_KEY = "grade"
 """Where a rollout's grade is kept on `trace.info` (serialized with the trace)."""
 
 GRADE_FIELDS = ("correctness", "exact", "formatted", "reason", "extracted")
+
+TRUNCATED_REASON = "truncated at the token limit (finish_reason length): not graded, scored 0"
+"""The reason kept for a truncated rollout."""
+
+SystemPromptMode = Literal["system", "user"]
 """The `Grade` fields kept there, next to `grader` and `grader_version`."""
 
 
@@ -80,6 +92,9 @@ class ScalingBookTasksetConfig(vf.TasksetConfig):
     sympy worker) in flight at once, off the event loop; default: this machine's cores."""
     export_dir: Path | None = None
     """The export folder; unset means `$SCALING_BOOK_EXPORT`, else `<repo>/build/export`."""
+    system_prompt_mode: SystemPromptMode = "system"
+    """`system` sends the answer-format instructions as a system message; `user` puts them at the
+    top of the user message (for served models that reject a system message with HTTP 400)."""
 
 
 class ScalingBookTaskConfig(vf.TaskConfig):
@@ -135,7 +150,10 @@ class ScalingBookTask(vf.Task[ScalingBookData, vf.State, ScalingBookTaskConfig])
         return await asyncio.shield(pending)
 
     async def _grade_and_keep(self, trace: vf.Trace) -> Grade:
-        result = await self.grade_response(trace.last_reply)
+        if trace.is_truncated:
+            result = Grade(correctness=0.0, exact=False, formatted=False, reason=TRUNCATED_REASON, extracted=None)
+        else:
+            result = await self.grade_response(trace.last_reply)
         trace.info[GRADE_INFO_KEY] = {
             **{field: getattr(result, field) for field in GRADE_FIELDS},
             "grader": self.data.info.get("grader"),
@@ -237,27 +255,39 @@ class ScalingBookTaskset(vf.Taskset[ScalingBookTask, ScalingBookTasksetConfig]):
                 "grading_workers": self.config.grading_workers,
             }
         )
+        selected = 0
         for row in read_rows(self.config.config, self.config.export_dir):
             item_id = row["id"]
             if self.config.subset != "all":
                 on_eval_side = in_eval_fraction(item_id, self.config.eval_fraction)
                 if on_eval_side != (self.config.subset == "eval"):
                     continue
-            yield ScalingBookTask(row_data(row), task_config)
+            selected += 1
+            yield ScalingBookTask(row_data(row, self.config.system_prompt_mode), task_config)
+        if not selected:
+            raise ValueError(
+                f"config {self.config.config!r} with subset={self.config.subset!r} and "
+                f"eval_fraction={self.config.eval_fraction} selects no items; nothing to evaluate"
+            )
 
 
-def row_data(row: dict[str, Any]) -> ScalingBookData:
+def row_data(row: dict[str, Any], system_prompt_mode: SystemPromptMode = "system") -> ScalingBookData:
     """Task data of one exported row: the system message becomes `system_prompt`, the user
-    message `prompt`."""
+    message `prompt`; with `system_prompt_mode="user"` the system text opens the user message
+    (separated by a blank line) and there is no system prompt."""
     system = [m["content"] for m in row["prompt"] if m["role"] == "system"]
     user = [m["content"] for m in row["prompt"] if m["role"] != "system"]
     info = dict(row["info"])
+    prompt = user[0] if len(user) == 1 else row["question"]
+    system_prompt = "\n\n".join(system) or None
+    if system_prompt_mode == "user" and system_prompt:
+        prompt, system_prompt = f"{system_prompt}\n\n{prompt}", None
     return ScalingBookData(
         id=row["id"],
         name=row["id"],
         description=f"ch{info.get('chapter')} {info.get('section', '')}".strip(),
-        prompt=user[0] if len(user) == 1 else row["question"],
-        system_prompt="\n\n".join(system) or None,
+        prompt=prompt,
+        system_prompt=system_prompt,
         answer=row["answer"],
         info=info,
     )

@@ -2,7 +2,10 @@
 
 The rule (stated to the model in ``scaling_book.grading.prompt.SYSTEM_PROMPT``):
 
-1. Reasoning blocks (``<think>...</think>``) are dropped.
+1. Reasoning is never graded (``visible_reply``): everything up to and including the **last**
+   ``</think>``, ``</thinking>`` or ``</reasoning>`` is dropped (a chat template often opens ``<think>``
+   in the prompt, so the reply may carry only the closing tag); a reply with an opening tag that is
+   never closed has no visible answer.
 2. **The final answer is the content of the last ``<answer>...</answer>`` block** (tags matched without
    regard to case). No block, or an empty one: no answer. There is no fallback to "the last number in
    the text": a response that does not follow the format has not answered.
@@ -24,13 +27,15 @@ import unicodedata
 __all__ = [
     "MAX_ANSWER_CHARS",
     "extract_answer",
+    "visible_reply",
     "extract_code",
     "strip_markup",
     "normalise_unicode",
     "split_values",
 ]
 
-_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
+_REASONING_CLOSE = re.compile(r"</(?:think|thinking|reasoning)\s*>", re.I)
+_REASONING_OPEN = re.compile(r"<(?:think|thinking|reasoning)(?:\s[^>]*)?>", re.I)
 _ANSWER_OPEN = re.compile(r"<answer>", re.I)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.I)
 _CODE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.S | re.I)
@@ -42,13 +47,19 @@ _CODE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.S | re.I)
 MAX_ANSWER_CHARS = 4000
 
 
-def _drop_reasoning(response: str) -> str:
-    return _THINK.sub("", response or "")
+def visible_reply(text: str | None) -> str:
+    """The part of a reply that is graded: the text after the last ``</think>`` (``</thinking>``,
+    ``</reasoning>``; any case), or the whole reply when there is none. A reasoning tag opened and
+    never closed means the reply ended inside its reasoning: the visible reply is ``""``."""
+    text = text or ""
+    closes = list(_REASONING_CLOSE.finditer(text))
+    text = text[closes[-1].end():] if closes else text
+    return "" if _REASONING_OPEN.search(text) else text
 
 
 def extract_answer(response: str | None) -> str | None:
     """The stripped content of the last ``<answer>...</answer>`` block, or None (none, or empty)."""
-    text = _drop_reasoning(response or "")
+    text = visible_reply(response)
     # The blocks ``re.findall(r"<answer>(.*?)</answer>")`` would find, found in linear time: that regex
     # rescans to the end of the text from every unclosed "<answer>" (quadratic; 64 KB took 5 s).
     last, pos = None, 0
@@ -68,7 +79,7 @@ def extract_answer(response: str | None) -> str | None:
 
 def extract_code(response: str | None) -> str | None:
     """The content of the last fenced ```python block, or None."""
-    text = _drop_reasoning(response or "")
+    text = visible_reply(response)
     blocks = _CODE.findall(text)
     if not blocks:
         return None

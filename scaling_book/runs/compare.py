@@ -41,6 +41,7 @@ class RunComparison:
     changed_items: list[str]          # same id, different content hash: not compared
     only_in_a: list[str]
     only_in_b: list[str]
+    sampling_differences: dict[str, tuple] = None   # key -> (value in A, value in B); empty when alike
 
 
 def compare_runs(factory: sessionmaker[Session], run_a: int, run_b: int, seed: int = 0) -> RunComparison:
@@ -51,8 +52,8 @@ def compare_runs(factory: sessionmaker[Session], run_a: int, run_b: int, seed: i
     """
     from scaling_book.runs.gap_statistics import paired_difference
 
-    _, scores_a, hashes_a = run_item_scores(factory, run_a)
-    _, scores_b, hashes_b = run_item_scores(factory, run_b)
+    stored_a, scores_a, hashes_a = run_item_scores(factory, run_a)
+    stored_b, scores_b, hashes_b = run_item_scores(factory, run_b)
     shared = set(scores_a) & set(scores_b)
     changed = sorted(i for i in shared if hashes_a[i] != hashes_b[i])
     common = sorted(shared - set(changed))
@@ -69,4 +70,25 @@ def compare_runs(factory: sessionmaker[Session], run_a: int, run_b: int, seed: i
         lost=[i for i in common if right(a[i]) and not right(b[i])],
         difference_points=difference, interval=(interval.low, interval.high), changed_items=changed,
         only_in_a=sorted(set(scores_a) - shared), only_in_b=sorted(set(scores_b) - shared),
+        sampling_differences=sampling_differences(run_sampling(factory, stored_a), run_sampling(factory, stored_b)),
     )
+
+
+def run_sampling(factory: sessionmaker[Session], run: EvalRun) -> dict:
+    """What a run was sampled with (`sampling_json`); a rescored run's is its source run's."""
+    import json
+
+    seen = set()
+    with factory() as session:
+        while run.rescored_from_run_id is not None and run.id not in seen:
+            seen.add(run.id)
+            source = session.get(EvalRun, run.rescored_from_run_id)
+            if source is None:
+                break
+            run = source
+    return json.loads(run.sampling_json or "{}")
+
+
+def sampling_differences(a: dict, b: dict) -> dict[str, tuple]:
+    """key -> (value in a, value in b) for every sampling setting that differs (missing is None)."""
+    return {key: (a.get(key), b.get(key)) for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)}

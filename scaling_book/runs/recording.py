@@ -1,22 +1,27 @@
-"""Recording eval runs in the store: the per-rollout record and the run's two-step write.
+"""Recording eval runs in the store: the per-rollout record, the run's writes and its liveness.
 
-A run is written in two steps so that no process death can leave one marked complete: `start_run`
-commits a row with status `running`; `finish_run` then writes every rollout and sets the final
-status (`complete`, or `failed` when any rollout errored) in one transaction. A run that never
-finishes stays `running` and is excluded from every history view. A complete run's per-item
-aggregates (`run_item_aggregates`: mean exact, mean correctness, rollouts) are written in that same
-transaction, once; the history views read them rather than every rollout.
+No process death can leave a run marked complete: `start_run` commits a row with status `running`
+(with the host and pid running it and a heartbeat); `record_rollouts` stores finished rollouts as
+they come (refreshing the heartbeat), and `close_run` sets the final status from what is stored:
+`complete` only when every planned (item, rollout) pair is stored and none errored, `interrupted`
+when a signal stopped the run (`scaling-book resume` completes it), else `failed`. `finish_run` writes
+a whole run at once (rescore). A run that never finishes stays `running`; `is_stale` tells a dead one
+from a live one. Only complete runs appear in the history views. A complete run's per-item
+aggregates (`run_item_aggregates`: mean exact, mean correctness, rollouts, truncated) are written
+once, in the transaction that completes it; the history views read them rather than every rollout.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import case, func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from scaling_book.store.models import EvalRun, RolloutResult, RunItemAggregate
@@ -31,7 +36,7 @@ class RolloutOutcome:
     rollout_index: int
     """0-based index among this item's rollouts."""
     status: str
-    """"ok" or "error"."""
+    """"ok", "error", or "truncated" (cut at the token limit; scored 0)."""
     response: str | None
     """The model's reply text; None when the rollout failed before one arrived."""
     correctness: float
@@ -45,6 +50,16 @@ class RolloutOutcome:
     error: str | None
     """What failed, for status "error": the error type and message verifiers recorded."""
     grader: str
+    finish_reason: str | None = None
+    """Why the model stopped (`stop`, `length`, ...); None when no reply arrived."""
+    reasoning: str | None = None
+    """The reasoning, never graded, capped at `REASONING_STORED_CHARS`."""
+    reasoning_chars: int | None = None
+    """Full length of the reasoning before the cap."""
+
+
+HEARTBEAT_S = 30.0
+"""Seconds between heartbeats of a running run."""
 
 
 def _finite_unit(value: float) -> float:
@@ -57,16 +72,21 @@ def _finite_unit(value: float) -> float:
 def start_run(
     factory: sessionmaker[Session], *, model: str, config: str, rollouts_per_item: int, sampling: dict[str, Any],
     dataset_hash: str, grader_version: str, checkpoint: str | None = None, step: int | None = None,
-    rescored_from_run_id: int | None = None, transfer_check_id: int | None = None, isolation: str | None = None,
+    rescored_from_run_id: int | None = None, transfer_check_id: int | None = None,
+    base_url: str | None = None, api_key_var: str | None = None, item_limit: int | None = None,
+    isolation: str | None = None,
 ) -> int:
-    """Commit a new run with status `running`; return its id. `isolation`: how code submissions ran
-    (`scaling_book.grading.sandbox.isolation_label`, e.g. "bwrap 0.11.0 (bundled)")."""
+    """Commit a new run with status `running`, this process's host and pid, and a heartbeat; return its id.
+    `isolation`: how code submissions ran (`scaling_book.grading.sandbox.isolation_label`)."""
+    now = datetime.now(UTC)
     with factory() as session, session.begin():
         run = EvalRun(
             model=model, checkpoint=checkpoint, step=step, config=config, rollouts_per_item=rollouts_per_item,
             sampling_json=json.dumps(sampling, sort_keys=True), dataset_hash=dataset_hash,
-            grader_version=grader_version, status="running", started_at=datetime.now(UTC),
-            rescored_from_run_id=rescored_from_run_id, transfer_check_id=transfer_check_id, isolation=isolation,
+            grader_version=grader_version, status="running", started_at=now,
+            rescored_from_run_id=rescored_from_run_id, transfer_check_id=transfer_check_id,
+            base_url=base_url, api_key_var=api_key_var, item_limit=item_limit, isolation=isolation,
+            host=socket.gethostname(), pid=os.getpid(), heartbeat_at=now,
         )
         session.add(run)
         session.flush()
@@ -87,16 +107,8 @@ def finish_run(factory: sessionmaker[Session], run_id: int, rollouts: Iterable[R
     rollouts = list(rollouts)
     with factory() as session, session.begin():
         run = session.get(EvalRun, run_id)
-        for row in rollouts:
-            content_hash, split = item_versions[row.item_id]
-            session.add(RolloutResult(
-                run_id=run_id, item_id=row.item_id, item_content_hash=content_hash,
-                grader=row.grader, split=split, rollout_index=row.rollout_index,
-                status=row.status, correctness=_finite_unit(row.correctness), format=_finite_unit(row.format),
-                exact=1 if row.exact >= 1.0 else 0, reward=row.reward if row.reward == row.reward else 0.0,
-                reason=row.reason, response=row.response, error=row.error,
-            ))
-        failed = error is not None or any(row.status != "ok" for row in rollouts) or not rollouts
+        _add_rollouts(session, run_id, rollouts, item_versions)
+        failed = error is not None or any(row.status == "error" for row in rollouts) or not rollouts
         run.status = "failed" if failed else "complete"
         run.error = error if error is not None or not failed else failure_summary(rollouts)
         run.finished_at = datetime.now(UTC)
@@ -111,20 +123,110 @@ def _write_aggregates(session: Session, run_id: int) -> None:
     x = RolloutResult
     per_item = (
         select(x.run_id, x.item_id, func.min(x.item_content_hash), func.min(x.grader), func.min(x.split),
-               func.avg(x.exact), func.avg(x.correctness), func.count())
+               func.avg(x.exact), func.avg(x.correctness), func.count(),
+               func.sum(case((x.status == "truncated", 1), else_=0)))
         .where(x.run_id == run_id)
         .group_by(x.run_id, x.item_id)
     )
     columns = ["run_id", "item_id", "item_content_hash", "grader", "split", "mean_exact", "mean_correctness",
-               "rollouts"]
+               "rollouts", "truncated"]
     session.execute(insert(RunItemAggregate).from_select(columns, per_item))
+
+
+def _add_rollouts(session: Session, run_id: int, rollouts: list[RolloutOutcome],
+                  item_versions: dict[str, tuple[str, str]]) -> None:
+    for row in rollouts:
+        content_hash, split = item_versions[row.item_id]
+        session.add(RolloutResult(
+            run_id=run_id, item_id=row.item_id, item_content_hash=content_hash,
+            grader=row.grader, split=split, rollout_index=row.rollout_index,
+            status=row.status, correctness=_finite_unit(row.correctness), format=_finite_unit(row.format),
+            exact=1 if row.exact >= 1.0 else 0, reward=row.reward if row.reward == row.reward else 0.0,
+            reason=row.reason, response=row.response, error=row.error, finish_reason=row.finish_reason,
+            reasoning=row.reasoning, reasoning_chars=row.reasoning_chars,
+        ))
+
+
+def record_rollouts(factory: sessionmaker[Session], run_id: int, rollouts: Iterable[RolloutOutcome],
+                    item_versions: dict[str, tuple[str, str]]) -> None:
+    """Store finished rollouts of running run `run_id` and refresh its heartbeat, in one transaction.
+    Raises KeyError for an item missing from `item_versions` and IntegrityError for an (item, rollout
+    index) already stored (nothing is written then)."""
+    with factory() as session, session.begin():
+        _add_rollouts(session, run_id, list(rollouts), item_versions)
+        session.get(EvalRun, run_id).heartbeat_at = datetime.now(UTC)
+
+
+def heartbeat(factory: sessionmaker[Session], run_id: int) -> None:
+    """Refresh the heartbeat of running run `run_id`."""
+    with factory() as session, session.begin():
+        session.get(EvalRun, run_id).heartbeat_at = datetime.now(UTC)
+
+
+def stored_outcomes(factory: sessionmaker[Session], run_id: int) -> list[RolloutOutcome]:
+    """Every stored rollout of run `run_id`, in storage order."""
+    from sqlalchemy import select
+
+    with factory() as session:
+        rows = session.scalars(select(RolloutResult).where(RolloutResult.run_id == run_id).order_by(RolloutResult.id))
+        return [RolloutOutcome(r.item_id, r.rollout_index, r.status, r.response, r.correctness, r.format,
+                               float(r.exact), 1.0 if r.split == "heldout" else 0.0, r.reward, r.reason, r.error,
+                               r.grader, r.finish_reason, r.reasoning, r.reasoning_chars) for r in rows]
+
+
+def close_run(factory: sessionmaker[Session], run_id: int, planned: int, *, interrupted: bool = False,
+              error: str | None = None) -> tuple[str, str | None]:
+    """Set the final status of run `run_id` from its stored rollouts; return (status, error).
+
+    `planned` is the number of (item, rollout) pairs the run covers. `interrupted`: a signal stopped
+    it (status `interrupted`, resumable). Else `failed` when `error` is given, a stored rollout errored,
+    or fewer than `planned` rollouts are stored; `complete` otherwise.
+    """
+    rows = stored_outcomes(factory, run_id)
+    if interrupted:
+        status, message = "interrupted", f"interrupted with {len(rows)} of {planned} rollouts stored"
+    elif error is not None:
+        status, message = "failed", error
+    elif any(r.status == "error" for r in rows):
+        status, message = "failed", failure_summary(rows)
+    elif len(rows) != planned:
+        status, message = "failed", f"{len(rows)} of {planned} rollouts stored"
+    else:
+        status, message = "complete", None
+    with factory() as session, session.begin():
+        run = session.get(EvalRun, run_id)
+        run.status, run.error = status, message
+        run.finished_at = datetime.now(UTC)
+        if status == "complete":
+            _write_aggregates(session, run_id)
+    return status, message
+
+
+def is_stale(run: EvalRun, stale_after_s: float = 300.0, now: datetime | None = None) -> bool:
+    """Whether `running` run `run` has no live process behind it. On the host that ran it: its pid is
+    gone. Elsewhere (or without a pid): its heartbeat, refreshed at least every `HEARTBEAT_S` seconds
+    while it runs, is older than `stale_after_s` seconds."""
+    if run.status != "running":
+        return False
+    if run.host == socket.gethostname() and run.pid is not None:
+        try:
+            os.kill(run.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False   # a live process of another user
+        return False
+    beat = run.heartbeat_at or run.started_at
+    if beat.tzinfo is None:
+        beat = beat.replace(tzinfo=UTC)
+    return ((now or datetime.now(UTC)) - beat).total_seconds() > stale_after_s
 
 
 def failure_summary(rollouts: list[RolloutOutcome]) -> str:
     """'N of M rollouts errored; first: <error>': the cause a person needs to see first."""
     if not rollouts:
         return "no rollouts were run"
-    errored = [r for r in rollouts if r.status != "ok"]
+    errored = [r for r in rollouts if r.status == "error"]
     first = next((r.error for r in errored if r.error), "no error text recorded")
     return f"{len(errored)} of {len(rollouts)} rollouts errored; first: {first}"
 

@@ -84,7 +84,11 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
         )
         rows, flips = [], 0
         for done, old in enumerate(rollouts, start=1):
-            if old.status != "ok" or old.response is None:
+            if old.status == "truncated":   # cut at the token limit: never graded, whatever the graders
+                rows.append(RolloutOutcome(old.item_id, old.rollout_index, "truncated", old.response, 0.0, 0.0, 0.0,
+                                           heldout_flag(old), 0.0, old.reason, None, old.grader, old.finish_reason,
+                                           old.reasoning, old.reasoning_chars))
+            elif old.status != "ok" or old.response is None:
                 rows.append(RolloutOutcome(old.item_id, old.rollout_index, "error", old.response, 0.0, 0.0, 0.0,
                                            heldout_flag(old), 0.0, "not rescored: the original rollout errored",
                                            old.error, old.grader))
@@ -95,7 +99,8 @@ def rescore_run(run_id: int, export_dir: Path, db_url: str | None = None, code_t
                 flips += exact != old.exact
                 rows.append(RolloutOutcome(old.item_id, old.rollout_index, "ok", old.response, result.correctness,
                                            format_reward(result), exact, heldout_flag(old), total_reward(result),
-                                           result.reason, None, old.grader))
+                                           result.reason, None, old.grader, old.finish_reason, old.reasoning,
+                                           old.reasoning_chars))
             if on_progress:
                 on_progress(done, len(rollouts))
         versions = {item_id: (info["content_hash"], info["split"]) for item_id, info in infos.items()}

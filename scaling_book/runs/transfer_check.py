@@ -1,8 +1,10 @@
 """The transfer check: evaluate one model checkpoint on `train` and on `heldout`, store both runs
 under one transfer-check record, and compute the report of `scaling_book.runs.gap_statistics`.
 
-The record is committed as `running` first; it becomes `complete` (with every figure of the report)
-only when both runs completed, and `failed` otherwise. History views show complete checks only.
+The record is committed as `running` first; it becomes `complete` (with every figure of the report
+and the truncated rollouts of each half) only when both runs completed, `interrupted` when a signal
+stopped a half (resume it with `resume_check_id`: complete halves are kept, the interrupted one
+resumes, a missing one starts), and `failed` otherwise. History views show complete checks only.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from scaling_book.runs.gap_statistics import (
     TransferReport,
     transfer_report,
 )
+from scaling_book.runs.recording import stored_outcomes
 from scaling_book.runs.runner import (
     EvalRequest,
     EvalSummary,
@@ -27,7 +30,7 @@ from scaling_book.runs.runner import (
     run_and_record,
 )
 from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
-from scaling_book.store.models import RolloutResult, TransferCheck
+from scaling_book.store.models import EvalRun, RolloutResult, TransferCheck
 
 HALVES = ("train", "heldout")
 
@@ -50,43 +53,84 @@ def scored_rollouts(factory, run_id: int) -> list[ScoredRollout]:
         return [ScoredRollout(r.item_id, r.grader, float(r.exact)) for r in rows]
 
 
-def run_transfer_check(request: EvalRequest, db_url: str | None = None,
-                       console: Console | None = None) -> TransferCheckResult:
-    """Evaluate `request` (its `config` is ignored) on train and heldout and store the transfer check.
+def _set_status(factory, check_id: int, status: str, error: str | None) -> None:
+    with factory() as session, session.begin():
+        check = session.get(TransferCheck, check_id)
+        check.status, check.error = status, error
 
-    Raises `MissingExport` when there is no export; never raises on a failed rollout (the check is
-    stored as failed instead).
+
+def check_runs(factory, check_id: int) -> dict[str, EvalRun]:
+    """The newest run of each half of transfer check `check_id`."""
+    with factory() as session:
+        runs = session.scalars(select(EvalRun).where(EvalRun.transfer_check_id == check_id).order_by(EvalRun.id))
+        return {run.config: run for run in runs}
+
+
+def run_transfer_check(request: EvalRequest, db_url: str | None = None,
+                       console: Console | None = None, resume_check_id: int | None = None) -> TransferCheckResult:
+    """Evaluate `request` (its `config` is ignored) on train and heldout and store the transfer check;
+    with `resume_check_id`, finish that interrupted check instead (same request, as stored).
+
+    Raises `MissingExport` when there is no export, and `ResumeRefused` when the check to resume is not
+    interrupted or its export changed; never raises on a failed rollout (the check is stored as failed).
     """
+    from scaling_book.runs.resume import ResumeRefused
+
     hashes = {half: dataset_hash_of(request.export_dir, half) for half in HALVES}
     combined_hash = hashlib.sha256(f"{hashes['train']}\n{hashes['heldout']}".encode()).hexdigest()
     upgrade_to_head(db_url)
     engine = make_engine(db_url)
     factory = make_session_factory(engine)
     try:
-        with factory() as session, session.begin():
-            check = TransferCheck(
-                model=request.model, checkpoint=request.checkpoint, step=request.step,
-                created_at=datetime.now(UTC), dataset_hash=combined_hash,
-                sampling_json=json.dumps({"rollouts_per_item": request.rollouts_per_item,
-                                          "max_concurrent": request.max_concurrent, **request.sampling},
-                                         sort_keys=True),
-                status="running",
-            )
-            session.add(check)
-            session.flush()
-            check_id = check.id
+        existing: dict[str, EvalRun] = {}
+        if resume_check_id is None:
+            with factory() as session, session.begin():
+                check = TransferCheck(
+                    model=request.model, checkpoint=request.checkpoint, step=request.step,
+                    created_at=datetime.now(UTC), dataset_hash=combined_hash,
+                    sampling_json=json.dumps({"rollouts_per_item": request.rollouts_per_item,
+                                              "max_concurrent": request.max_concurrent,
+                                              **request.stored_sampling()}, sort_keys=True),
+                    status="running",
+                )
+                session.add(check)
+                session.flush()
+                check_id = check.id
+        else:
+            check_id = resume_check_id
+            with factory() as session:
+                check = session.get(TransferCheck, check_id)
+                if check is None or check.status not in ("interrupted", "running"):
+                    raise ResumeRefused(f"transfer check {check_id} is "
+                                        f"{'unknown' if check is None else check.status}; nothing to resume")
+                if check.dataset_hash != combined_hash:
+                    raise ResumeRefused(f"the export changed since transfer check {check_id} started")
+            existing = check_runs(factory, check_id)
+            _set_status(factory, check_id, "running", None)
         runs: dict[str, EvalSummary] = {}
         try:
             for half in HALVES:
+                previous = existing.get(half)
+                if previous is not None and previous.status == "complete":
+                    rows = stored_outcomes(factory, previous.id)
+                    runs[half] = EvalSummary(previous.id, "complete", None, len(rows), 0.0, rows, len(rows))
+                    continue
                 runs[half] = run_and_record(replace(request, config=half), db_url=db_url, console=console,
-                                            transfer_check_id=check_id)
+                                            transfer_check_id=check_id,
+                                            resume_run_id=None if previous is None else previous.id)
                 if runs[half].status != "complete":
-                    break   # the check has failed already: do not spend the other half's rollouts
-        except BaseException as exc:   # interrupted or crashed: never leave the check `running`
-            with factory() as session, session.begin():
-                check = session.get(TransferCheck, check_id)
-                check.status, check.error = "failed", f"{type(exc).__name__}: {exc}"
+                    break   # the check has failed or stopped: do not spend the other half's rollouts
+        except KeyboardInterrupt:
+            _set_status(factory, check_id, "interrupted", "interrupted")
             raise
+        except BaseException as exc:   # crashed: never leave the check `running`
+            _set_status(factory, check_id, "failed", f"{type(exc).__name__}: {exc}")
+            raise
+        stopped = [half for half, run in runs.items() if run.status == "interrupted"]
+        if stopped:
+            error = f"{stopped[0]} run {runs[stopped[0]].run_id} interrupted"
+            _set_status(factory, check_id, "interrupted", error)
+            return TransferCheckResult(check_id, "interrupted", runs, None, error)
         failed = [half for half, run in runs.items() if run.status != "complete"]
         with factory() as session, session.begin():
             check = session.get(TransferCheck, check_id)
@@ -105,7 +149,8 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None,
             if report.matched_gap_interval is not None:
                 check.matched_gap_ci_low = report.matched_gap_interval.low
                 check.matched_gap_ci_high = report.matched_gap_interval.high
-            check.status = "complete"
+            check.train_truncated, check.heldout_truncated = runs["train"].truncated, runs["heldout"].truncated
+            check.status, check.error = "complete", None
             return TransferCheckResult(check_id, "complete", runs, report, None)
     finally:
         engine.dispose()

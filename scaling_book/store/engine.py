@@ -8,6 +8,7 @@ writers (two transfer checks) wait for each other instead of failing.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -35,11 +36,22 @@ def resolve_db_url(explicit: str | None = None) -> str:
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The file of a SQLite URL (None for another backend or an in-memory database)."""
+    """The file of a SQLite URL (None for another backend or an in-memory database). A URI filename
+    (`sqlite:///file:PATH?mode=ro&uri=true`) gives PATH."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
         return None
-    return Path(parsed.database)
+    database = parsed.database
+    if parsed.query.get("uri") == "true" and database.startswith("file:"):
+        database = database.removeprefix("file:")
+    return Path(database)
+
+
+def is_read_only(url: str | None = None) -> bool:
+    """Whether `url` opens a SQLite store read-only (`mode=ro` or `immutable=1` in a URI filename)."""
+    parsed = make_url(resolve_db_url(url))
+    return parsed.get_backend_name() == "sqlite" and (
+        parsed.query.get("mode") == "ro" or parsed.query.get("immutable") == "1")
 
 
 def store_exists(url: str | None = None) -> bool:
@@ -48,10 +60,11 @@ def store_exists(url: str | None = None) -> bool:
     return path is None or path.exists()
 
 
-def _on_sqlite_connect(dbapi_connection, _record) -> None:
+def _on_sqlite_connect(dbapi_connection, _record, read_only: bool = False) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")
+    if not read_only:   # setting the journal mode writes; a read-only store keeps the one it has
+        cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
     cursor.close()
 
@@ -72,16 +85,21 @@ def make_private(path: Path) -> None:
 
 def make_engine(url: str | None = None) -> Engine:
     """An engine for `url` (resolved by `resolve_db_url`); creates the SQLite file (mode 0600, see
-    `make_private`) and its folder."""
+    `make_private`) and its folder, unless the URL opens the store read-only."""
     url = resolve_db_url(url)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            make_private(Path(parsed.database))
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
-        event.listen(engine, "connect", _on_sqlite_connect)
-        return engine
+    if make_url(url).get_backend_name() == "sqlite":
+        return _sqlite_engine(url, functools.partial(_on_sqlite_connect, read_only=is_read_only(url)))
     return create_engine(url)
+
+
+def _sqlite_engine(url: str, on_connect) -> Engine:
+    """A SQLite engine whose every new connection is set up by `on_connect(dbapi_connection, record)`."""
+    path = sqlite_path(url)
+    if path is not None and not is_read_only(url):
+        make_private(path)
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+    event.listen(engine, "connect", on_connect)
+    return engine
 
 
 def _on_sqlite_migration_connect(dbapi_connection, _record) -> None:
@@ -107,9 +125,7 @@ def make_migration_engine(url: str | None = None) -> Engine:
     url = resolve_db_url(url)
     if make_url(url).get_backend_name() != "sqlite":
         return make_engine(url)
-    engine = make_engine(url)
-    event.remove(engine, "connect", _on_sqlite_connect)
-    event.listen(engine, "connect", _on_sqlite_migration_connect)
+    engine = _sqlite_engine(url, _on_sqlite_migration_connect)
     event.listen(engine, "begin", lambda connection: connection.exec_driver_sql("BEGIN"))
     return engine
 

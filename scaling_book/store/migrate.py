@@ -60,3 +60,19 @@ def upgrade_to_head(url: str | None = None) -> None:
     """
     check_known_revision(url)
     command.upgrade(alembic_config(url), "head")
+
+
+def at_head(url: str | None = None) -> bool:
+    """Whether the database at `url` is at the newest revision (reads only; never migrates)."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from scaling_book.store.engine import make_engine
+
+    heads = set(ScriptDirectory.from_config(alembic_config(url)).get_heads())
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return set(MigrationContext.configure(connection).get_current_heads()) == heads
+    finally:
+        engine.dispose()

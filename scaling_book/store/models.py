@@ -30,8 +30,12 @@ GRADERS = ("numeric", "numeric_multi", "mcq", "formula", "code")
 PROVENANCES = ("book_stated_fact", "book_worked_problem", "synthesized_from_book")
 TRAIN_CHAPTERS = (1, 2, 3, 4, 5, 6, 7, 8)
 HELDOUT_CHAPTERS = (12,)
-RUN_STATUSES = ("running", "complete", "failed")
-ROLLOUT_STATUSES = ("ok", "error")
+RUN_STATUSES = ("running", "complete", "failed", "interrupted")
+"""`interrupted`: stopped by a signal with its finished rollouts stored; `scaling-book resume` completes it."""
+ROLLOUT_STATUSES = ("ok", "error", "truncated")
+"""`truncated`: the reply was cut at the token limit (finish_reason "length"); scored 0."""
+REASONING_STORED_CHARS = 20_000
+"""Longest reasoning text stored per rollout (its full length is stored next to it)."""
 COMPARISONS = ("rel", "exact", "bool")
 
 # Largest finite double: a bound that rejects +-inf (SQLite stores inf as a REAL that compares above it).
@@ -274,7 +278,7 @@ class TransferCheck(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime)
     dataset_hash: Mapped[str] = mapped_column(String(64))
     sampling_json: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(10))
+    status: Mapped[str] = mapped_column(String(12))
     # Seed of the bootstrap intervals of checks made before revision 0005; NULL since (score intervals).
     seed: Mapped[int | None] = mapped_column(Integer)
     train_accuracy: Mapped[float | None] = mapped_column(Float)
@@ -290,6 +294,9 @@ class TransferCheck(Base):
     matched_gap_ci_low: Mapped[float | None] = mapped_column(Float)
     matched_gap_ci_high: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)
+    train_truncated: Mapped[int | None] = mapped_column(Integer)
+    """Rollouts of the train run cut at the token limit (scored 0, counted in the accuracy)."""
+    heldout_truncated: Mapped[int | None] = mapped_column(Integer)
 
 
 class EvalRun(Base):
@@ -311,7 +318,7 @@ class EvalRun(Base):
     sampling_json: Mapped[str] = mapped_column(Text)
     dataset_hash: Mapped[str] = mapped_column(String(64))
     grader_version: Mapped[str] = mapped_column(String(40))
-    status: Mapped[str] = mapped_column(String(10))
+    status: Mapped[str] = mapped_column(String(12))
     started_at: Mapped[datetime] = mapped_column(DateTime)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
     error: Mapped[str | None] = mapped_column(Text)
@@ -320,6 +327,17 @@ class EvalRun(Base):
     isolation: Mapped[str | None] = mapped_column(String(80))
     """How code submissions ran (e.g. "bwrap 0.11.0 (bundled)", "rlimit (UNISOLATED, opted in)",
     "none: no isolation available, code scored 0"); None for runs stored before migration 0004."""
+    base_url: Mapped[str | None] = mapped_column(Text)
+    """The endpoint the run was sent to (what `scaling-book resume` uses; no key is stored)."""
+    api_key_var: Mapped[str | None] = mapped_column(String(200))
+    """Name of the environment variable holding the API key (never the key)."""
+    item_limit: Mapped[int | None] = mapped_column(Integer)
+    """`--limit`: only the first N items of the config by id; None for all."""
+    host: Mapped[str | None] = mapped_column(String(255))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    """Host name and process id of the process running the run (to tell a live run from a dead one)."""
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)
+    """Last sign of life of a `running` run (UTC); refreshed while it runs."""
 
     rollouts: Mapped[list[RolloutResult]] = relationship(
         back_populates="run", cascade="all, delete-orphan", order_by="RolloutResult.id"
@@ -348,14 +366,22 @@ class RolloutResult(Base):
     grader: Mapped[str] = mapped_column(String(20))
     split: Mapped[str] = mapped_column(String(10))
     rollout_index: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(10))
+    status: Mapped[str] = mapped_column(String(12))
     correctness: Mapped[float] = mapped_column(Float)
     format: Mapped[float] = mapped_column(Float)
     exact: Mapped[int] = mapped_column(Integer)
     reward: Mapped[float] = mapped_column(Float)
     reason: Mapped[str] = mapped_column(Text)
     response: Mapped[str | None] = mapped_column(Text)
+    """The visible reply: what was graded (reasoning removed)."""
     error: Mapped[str | None] = mapped_column(Text)
+    finish_reason: Mapped[str | None] = mapped_column(String(20))
+    """Why the model stopped (`stop`, `length`, ...), as the endpoint reported it."""
+    reasoning: Mapped[str | None] = mapped_column(Text)
+    """The reasoning (server `reasoning_content`, or the text up to the last `</think>`), never graded;
+    at most `REASONING_STORED_CHARS` characters."""
+    reasoning_chars: Mapped[int | None] = mapped_column(Integer)
+    """Full length of the reasoning in characters, before the cap."""
 
     run: Mapped[EvalRun] = relationship(back_populates="rollouts")
 
