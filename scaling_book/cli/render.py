@@ -56,6 +56,16 @@ def print_build_report(console: Console, report: Any, elapsed_s: float) -> None:
         f"{gate.test_cases_run} test cases, sandbox mode [bold]{gate.isolation_mode}[/bold]"
         + ("" if gate.isolation_mode == "bwrap" else " (install the Debian package bubblewrap for isolation)")
     )
+    variants = getattr(report, "variants", None)
+    if variants is not None:
+        covered = ", ".join(f"ch{c} {e.parametric}/{e.arithmetic}" for c, e in variants.coverage.items())
+        rejected = {i: variants.rejected_total(i) for i in variants.variants if variants.rejected_total(i)}
+        console.print(f"variants: {variants.k} per parametric item rendered and checked for "
+                      f"{len(variants.variants)} items ({variants.references_run} code references passed their "
+                      f"variant tests); parametric/arithmetic items: {covered}")
+        if rejected:
+            console.print("rejected draws: " + ", ".join(f"{i} {n}" for i, n in sorted(rejected.items())),
+                          highlight=False, soft_wrap=True)
     if gate.baselines:
         nonzero = {k: v for k, v in gate.baselines.items() if v[0] > 0}
         console.print(f"baselines: {len(gate.baselines)} code items measured, {len(nonzero)} with a constant "

@@ -35,7 +35,8 @@ from scaling_book.grading import GRADER_VERSION, Grade, grade
 from scaling_book.grading.rubric import CORRECTNESS_WEIGHT, FORMAT_WEIGHT, format_reward
 from scaling_book.paths import REPO_ROOT, export_dir
 
-ConfigName = Literal["qa", "code", "train", "heldout_qa", "heldout_code", "heldout", "all"]
+ConfigName = Literal["qa", "code", "train", "heldout_qa", "heldout_code", "heldout", "all", "train_variants",
+                     "heldout_variants"]
 """The exported configs (`scaling_book.content.export.CONFIGS`; a test keeps the two in step)."""
 CONFIGS: tuple[str, ...] = get_args(ConfigName)
 
