@@ -17,7 +17,10 @@ Config (`--env.taskset.*`): `config` picks the exported config (`train` by defau
 `heldout_qa`, `heldout_code`, `heldout`, `all`); `eval_fraction` and `subset` carve a stable
 train/eval split out of it by a hash of the item id; `code_timeout` and `allow_code_execution`
 govern how implementation tasks are graded; `export_dir` points at the export (default
-`$SCALING_BOOK_EXPORT`, else `build/export`).
+`$SCALING_BOOK_EXPORT`, else `build/export`); `variant_seed` (`epoch:N` or `random`) replaces
+every parametric item's row by a freshly drawn counterfactual variant (new numbers, same method),
+so RL training sees fresh numbers each epoch without a new export. Configs `train_variants` and
+`heldout_variants` hold K fixed variants per parametric item for evaluation.
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ class ScalingBookTasksetConfig(vf.TasksetConfig):
     """Run submitted code (in a throwaway subprocess). False: implementation tasks score 0."""
     export_dir: Path | None = None
     """The export folder; unset means `$SCALING_BOOK_EXPORT`, else `<repo>/build/export`."""
+    variant_seed: str | None = Field(None, pattern=r"^(epoch:\d+|random)$")
+    """Fresh counterfactual variants without a new export: `epoch:N` replaces every parametric item's
+    row with a variant drawn for epoch N (the same rows on every machine), `random` with a random
+    epoch. Unset: the exported rows as they are."""
 
 
 class ScalingBookTaskConfig(vf.TaskConfig):
@@ -205,7 +212,12 @@ class ScalingBookTaskset(vf.Taskset[ScalingBookTask, ScalingBookTasksetConfig]):
                 "allow_code_execution": self.config.allow_code_execution,
             }
         )
-        for row in read_rows(self.config.config, self.config.export_dir):
+        rows = read_rows(self.config.config, self.config.export_dir)
+        if self.config.variant_seed is not None:
+            from scaling_book.environment.variant_draws import fresh_variant_rows
+
+            rows = fresh_variant_rows(rows, self.config.variant_seed, REPO_ROOT / "seed")
+        for row in rows:
             item_id = row["id"]
             if self.config.subset != "all":
                 on_eval_side = in_eval_fraction(item_id, self.config.eval_fraction)
