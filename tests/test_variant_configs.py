@@ -47,9 +47,10 @@ def test_the_original_numbers_score_zero_and_the_variant_key_full_on_every_qa_va
 
 def test_knowledge_free_constants_score_at_most_five_percent_on_the_variant_configs(built):
     """The grid of tests/test_reward_hacking.py over the qa rows of both variant configs (code rows get
-    no python block from these responses and score 0; the count includes them)."""
+    no python block from these responses and score 0; the count includes them). For time, the first
+    5 variants (seeds 1-5) of every parent: the draws are independent of the seed's value."""
     rows = [row for config in ("train_variants", "heldout_variants")
-            for row in read_export_rows(built["export_dir"], config)]
+            for row in read_export_rows(built["export_dir"], config) if row["info"]["variant_seed"] <= 5]
     infos = [row["info"] for row in rows]
     qa = [info for info in infos if info["grader"] != "code"]
     best_mean, best = 0.0, None

@@ -19,7 +19,7 @@ from scaling_book.content.export import CONFIGS, VARIANT_CONFIGS, config_members
 from scaling_book.content.gate import GateReport, run_gate
 from scaling_book.content.loader import load_seed
 from scaling_book.content.specs import ItemSpec, SeedError, SeedIssue
-from scaling_book.content.variant_checks import GATE_VARIANTS, VariantGateReport, run_variant_gate
+from scaling_book.content.variant_checks import GATE_VARIANTS, VariantGateReport, run_variant_gate, store_definitions
 from scaling_book.content.variants import load_context
 from scaling_book.paths import SEED_DIR
 from scaling_book.store import (
@@ -84,6 +84,7 @@ def build(
             gate = run_gate(session, on_progress=lambda item_id: say(f"gate: ran reference of {item_id}"))
             say(f"gate: rendering {variants_k} variants of {len(context.parametric_ids())} parametric items")
             variants = run_variant_gate(context, specs, variants_k)
+            store_definitions(session, context)
         manifest: dict[str, Any] = {}
         if export_dir is not None:
             say(f"exporting to {export_dir}")

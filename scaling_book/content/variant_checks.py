@@ -170,3 +170,51 @@ def run_variant_gate(context: VariantContext, specs: list[ItemSpec], k: int = GA
     if failures:
         raise GateError(failures)
     return report
+
+
+def definition_row(context: VariantContext, decl: VariantDecl):
+    """The store rows of one parametric declaration (`VariantDefinition` with its inputs and placeholders)."""
+    import json
+
+    from scaling_book.store.models import VariantDefinition, VariantInputRow, VariantPlaceholder
+
+    _, _, raw = context.raw_items[decl.item_id]
+    text = template(decl, raw["question"].strip())
+    row = VariantDefinition(item_id=decl.item_id, source_file=decl.file, template=text,
+                            constraints_json=json.dumps(decl.constraints))
+    for inp in [*decl.inputs, *(inp for inp in decl.test_args.values())]:
+        row.inputs.append(VariantInputRow(
+            name=inp.name, distribution=inp.distribution, low=inp.low, high=inp.high,
+            choices_json=json.dumps(list(inp.choices)) if inp.distribution == "choices" else None,
+            sig=inp.sig, style=inp.style, scale=inp.scale, hidden=int(inp.hidden)))
+    for name, expression in decl.derived.items():
+        row.inputs.append(VariantInputRow(name=name, distribution="derived", expression=expression, sig=6,
+                                          style="int", scale=1.0, hidden=0))
+    row.placeholders = [VariantPlaceholder(name=name) for name in sorted(set(PLACEHOLDER.findall(text)))]
+    return row
+
+
+def store_definitions(session, context: VariantContext) -> None:
+    """Replace the store's variant definitions with the parametric declarations of `context`, in the
+    caller's transaction. Raises `GateError` naming the file and item of a row the store refuses."""
+    from sqlalchemy import delete
+    from sqlalchemy.exc import IntegrityError
+
+    from scaling_book.store.models import VariantDefinition, VariantInputRow, VariantPlaceholder
+
+    for table in (VariantPlaceholder, VariantInputRow, VariantDefinition):
+        session.execute(delete(table))
+    refused = []
+    for item_id in context.parametric_ids():
+        decl = context.decls[item_id]
+        savepoint = session.begin_nested()
+        try:
+            row = definition_row(context, decl)
+            session.add(row)
+            session.flush()
+            savepoint.commit()
+        except IntegrityError as error:
+            savepoint.rollback()
+            refused.append(SeedIssue(decl.file, item_id, None, f"refused by the store: {error.orig}"))
+    if refused:
+        raise GateError(refused)

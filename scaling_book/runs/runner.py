@@ -285,11 +285,15 @@ def dataset_hash_of(export_dir: Path, config: str) -> str:
         raise MissingExport(f"no export of config {config!r} at {export_dir}: run `scaling-book build` first") from exc
 
 
-def item_versions(export_dir: Path, config: str) -> dict[str, tuple[str, str]]:
-    """item id -> (content hash, split) of every item of `config` in the export."""
+def item_versions(export_dir: Path, config: str) -> dict[str, tuple]:
+    """item id -> (content hash, split, parent id, variant seed, drawn inputs JSON) of every item of
+    `config` in the export; the last three are None for an original item."""
     from scaling_book.content.export import load_config
 
-    return {row["id"]: (row["info"]["content_hash"], row["info"]["split"]) for row in load_config(export_dir, config)}
+    return {row["id"]: (row["info"]["content_hash"], row["info"]["split"], row["info"].get("parent_id") or None,
+                        row["info"]["variant_seed"] if row["info"].get("parent_id") else None,
+                        row["info"].get("variant_inputs") or None)
+            for row in load_config(export_dir, config)}
 
 
 def run_and_record(request: EvalRequest, db_url: str | None = None, console: Console | None = None,
