@@ -110,13 +110,21 @@ def print_transfer_check(console: Console, result: Any, model: str, checkpoint: 
     for grader, status in report.unmatched.items():
         console.print(f"  grader {grader} is in the {status.replace(' only', '')} half only: "
                       "left out of the matched-grader gap")
+    memorisation = getattr(result, "memorisation", None)
+    if memorisation is not None:
+        console.print(f"memorisation gap (original - variants, {memorisation.items} parametric train items, "
+                      f"{memorisation.variants_per_item} variants each, run {result.runs['train_variants'].run_id}): "
+                      f"[bold]{memorisation.gap_points:+.1f} points[/bold] "
+                      f"95% {fmt_interval(*interval_ends(memorisation.interval))} "
+                      f"(original {100 * memorisation.original_accuracy:.1f}%, "
+                      f"variants {100 * memorisation.variant_accuracy:.1f}%)")
 
 
 def print_history(console: Console, rows: list) -> None:
     """One row per completed transfer check: step, each half with its interval, gap, matched gap."""
     table = Table(title="transfer checks", title_justify="left")
     for column in ("id", "model", "checkpoint", "step", "train", "heldout", "gap (pts)", "gap 95%",
-                   "matched (pts)", "matched 95%"):
+                   "matched (pts)", "matched 95%", "memorisation (pts)", "memorisation 95%"):
         table.add_column(column, justify="left" if column in ("model", "checkpoint") else "right")
     for r in rows:
         table.add_row(str(r.transfer_check_id), r.model, r.checkpoint or "-", "-" if r.step is None else str(r.step),
@@ -124,7 +132,9 @@ def print_history(console: Console, rows: list) -> None:
                       f"{100 * r.heldout_accuracy:.1f}% {fmt_interval(*r.heldout_ci, 100, 0)}",
                       f"{r.gap_points:+.1f}", fmt_interval(*r.gap_ci),
                       "-" if r.matched_gap_points is None else f"{r.matched_gap_points:+.1f}",
-                      fmt_interval(*r.matched_gap_ci))
+                      fmt_interval(*r.matched_gap_ci),
+                      "-" if r.memorisation_gap_points is None else f"{r.memorisation_gap_points:+.1f}",
+                      fmt_interval(*r.memorisation_gap_ci))
     console.print(table)
 
 

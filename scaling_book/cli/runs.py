@@ -77,10 +77,16 @@ def transfer_check_command(
     step: Annotated[Optional[int], typer.Option("--step", help="Training step of the checkpoint.")] = None,
     max_concurrent: Annotated[int, typer.Option("--max-concurrent", min=1, help="Rollouts in flight at once.")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
+    variants: Annotated[int, typer.Option("--variants", min=0, help="Also evaluate K counterfactual variants of "
+                                          "every parametric train item and report the memorisation gap.")] = 0,
     db: DbOption = None,
     export_from: ExportOption = None,
 ) -> None:
     """Evaluate train and heldout, store both runs under one transfer check, print the gap.
+
+    With --variants K, a third run evaluates the first K exported variants (config train_variants) of
+    every parametric train item, and the memorisation gap (original minus variant accuracy over those
+    items, paired 95% interval) is stored on the check and printed beside the train/held-out gap.
 
     Prints each half's exact accuracy (items, rollouts, 95% interval), the gap in points, a per-grader
     table and the matched-grader gap (held-out reweighted to the train grader mix). A check in which any
@@ -95,7 +101,7 @@ def transfer_check_command(
     check_endpoint(base_url, api_key_var)
     started = time.perf_counter()
     try:
-        result = run_transfer_check(request, db_url=db, seed=seed, console=err)
+        result = run_transfer_check(request, db_url=db, seed=seed, console=err, variants=variants)
     except MissingExport as exc:
         err.print(f"[bold red]{exc}[/bold red]")
         raise typer.Exit(EXIT_MISSING) from None

@@ -74,6 +74,9 @@ class ScalingBookTasksetConfig(vf.TasksetConfig):
     """Run submitted code (in a throwaway subprocess). False: implementation tasks score 0."""
     export_dir: Path | None = None
     """The export folder; unset means `$SCALING_BOOK_EXPORT`, else `<repo>/build/export`."""
+    variants_per_item: int | None = Field(None, ge=1)
+    """Keep only the first N exported variants (variant seeds 1..N) of every parent item; rows of
+    original items are unaffected. Unset: every row."""
     variant_seed: str | None = Field(None, pattern=r"^(epoch:\d+|random)$")
     """Fresh counterfactual variants without a new export: `epoch:N` replaces every parametric item's
     row with a variant drawn for epoch N (the same rows on every machine), `random` with a random
@@ -213,6 +216,9 @@ class ScalingBookTaskset(vf.Taskset[ScalingBookTask, ScalingBookTasksetConfig]):
             }
         )
         rows = read_rows(self.config.config, self.config.export_dir)
+        if self.config.variants_per_item is not None:
+            rows = [row for row in rows if not row["info"].get("parent_id")
+                    or row["info"]["variant_seed"] <= self.config.variants_per_item]
         if self.config.variant_seed is not None:
             from scaling_book.environment.variant_draws import fresh_variant_rows
 

@@ -23,6 +23,9 @@ class CheckpointRow:
     gap_ci: tuple[float, float]
     matched_gap_points: float | None
     matched_gap_ci: tuple[float | None, float | None]
+    memorisation_gap_points: float | None = None
+    """Original minus variant train accuracy (points); None when the check ran no variants."""
+    memorisation_gap_ci: tuple[float | None, float | None] = (None, None)
 
 
 def transfer_history(factory: sessionmaker[Session], model: str | None = None) -> list[CheckpointRow]:
@@ -38,7 +41,8 @@ def transfer_history(factory: sessionmaker[Session], model: str | None = None) -
             r["transfer_check_id"], r["model"], r["checkpoint"], r["step"], r["train_accuracy"],
             (r["train_ci_low"], r["train_ci_high"]), r["heldout_accuracy"], (r["heldout_ci_low"], r["heldout_ci_high"]),
             r["gap_points"], (r["gap_ci_low"], r["gap_ci_high"]), r["matched_gap_points"],
-            (r["matched_gap_ci_low"], r["matched_gap_ci_high"]),
+            (r["matched_gap_ci_low"], r["matched_gap_ci_high"]), r["memorisation_gap_points"],
+            (r["memorisation_gap_ci_low"], r["memorisation_gap_ci_high"]),
         )
         for r in rows
     ]
@@ -76,6 +80,10 @@ def plot_history(rows: list[CheckpointRow], path) -> None:
                     linestyle="--", color="tab:purple", label="matched-grader gap")
     bottom.axhline(0, color="grey", linewidth=0.8)
     low, high = bottom.get_ylim()
+    memorised = [(x, r) for x, r in zip(xs, rows, strict=True) if r.memorisation_gap_points is not None]
+    if memorised:
+        bottom.plot([x for x, _ in memorised], [r.memorisation_gap_points for _, r in memorised], marker="^",
+                    linestyle=":", color="tab:green", label="memorisation gap (original - variants)")
     if high - low < 10:   # a flat gap: show +-5 points rather than float noise
         middle = (high + low) / 2
         bottom.set_ylim(middle - 5, middle + 5)

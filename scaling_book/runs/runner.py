@@ -71,11 +71,12 @@ def evaluate(
     export_dir: Path | None = None,
     sampling: dict | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    taskset_options: dict | None = None,
 ) -> EvalOutcome:
     """Run `rollouts_per_item` rollouts of every item of exported config `config` against the
     OpenAI-compatible endpoint `base_url` (API key read from environment variable
     `api_key_var`), at most `max_concurrent` at once. `sampling` holds request settings such as
-    `temperature` and `max_tokens`. `on_progress(done, total)` is called once before the first
+    `temperature` and `max_tokens`; `taskset_options` extra taskset fields. `on_progress(done, total)` is called once before the first
     rollout and after each one finishes. A failed rollout is reported, never raised; errors
     loading the export or configuring verifiers are raised."""
     if rollouts_per_item < 1:
@@ -93,6 +94,7 @@ def evaluate(
             export_dir=export_dir,
             sampling=dict(sampling or {}),
             on_progress=on_progress,
+            taskset_options=taskset_options,
         )
     )
 
@@ -108,10 +110,11 @@ async def _evaluate(
     export_dir: Path | None,
     sampling: dict,
     on_progress: Callable[[int, int], None] | None,
+    taskset_options: dict | None = None,
 ) -> EvalOutcome:
     import verifiers.v1 as vf
 
-    taskset: dict[str, Any] = {"id": TASKSET_ID, "config": config}
+    taskset: dict[str, Any] = {"id": TASKSET_ID, "config": config, **(taskset_options or {})}
     if export_dir is not None:
         taskset["export_dir"] = str(Path(export_dir).resolve())
     env = vf.load_environment(vf.resolve_env_config({"taskset": taskset}))
@@ -248,6 +251,8 @@ class EvalRequest:
     step: int | None = None
     max_concurrent: int = 8
     sampling: dict = field(default_factory=dict)
+    taskset_options: dict = field(default_factory=dict)
+    """Extra taskset fields (`--env.taskset.*`), e.g. {"variants_per_item": 4}."""
 
 
 @dataclass
@@ -327,6 +332,7 @@ def run_and_record(request: EvalRequest, db_url: str | None = None, console: Con
                     max_concurrent=request.max_concurrent, export_dir=request.export_dir,
                     sampling=request.sampling or None,
                     on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+                    taskset_options=request.taskset_options or None,
                 )
         except Exception as exc:  # noqa: BLE001 - any crash is a failed run, recorded as such
             message = f"{type(exc).__name__}: {exc}"

@@ -16,8 +16,10 @@ from rich.console import Console
 from sqlalchemy import select
 
 from scaling_book.runs.gap_statistics import (
+    MemorisationGap,
     ScoredRollout,
     TransferReport,
+    memorisation_gap,
     transfer_report,
 )
 from scaling_book.runs.runner import (
@@ -30,6 +32,7 @@ from scaling_book.store import make_engine, make_session_factory, upgrade_to_hea
 from scaling_book.store.models import RolloutResult, TransferCheck
 
 HALVES = ("train", "heldout")
+VARIANT_HALF = "train_variants"
 
 
 @dataclass
@@ -41,6 +44,7 @@ class TransferCheckResult:
     runs: dict[str, EvalSummary]
     report: TransferReport | None
     error: str | None
+    memorisation: MemorisationGap | None = None
 
 
 def scored_rollouts(factory, run_id: int) -> list[ScoredRollout]:
@@ -50,15 +54,30 @@ def scored_rollouts(factory, run_id: int) -> list[ScoredRollout]:
         return [ScoredRollout(r.item_id, r.grader, float(r.exact)) for r in rows]
 
 
+def outcomes_by(factory, run_id: int, key: str) -> dict[str, list[float]]:
+    """{item id (key="item") or parent item id (key="parent"): [exact of each rollout]} of run `run_id`."""
+    out: dict[str, list[float]] = {}
+    with factory() as session:
+        for r in session.scalars(select(RolloutResult).where(RolloutResult.run_id == run_id)):
+            out.setdefault(r.item_id if key == "item" else r.parent_item_id, []).append(float(r.exact))
+    return out
+
+
 def run_transfer_check(request: EvalRequest, db_url: str | None = None, seed: int = 0,
-                       console: Console | None = None) -> TransferCheckResult:
+                       console: Console | None = None, variants: int = 0) -> TransferCheckResult:
     """Evaluate `request` (its `config` is ignored) on train and heldout and store the transfer check.
+    With `variants` = K > 0, also evaluate the first K exported variants of every parametric train
+    item (config `train_variants`) and store the memorisation gap: original minus variant accuracy
+    over those items, with a paired interval.
 
     Raises `MissingExport` when there is no export; never raises on a failed rollout (the check is
     stored as failed instead).
     """
     hashes = {half: dataset_hash_of(request.export_dir, half) for half in HALVES}
-    combined_hash = hashlib.sha256(f"{hashes['train']}\n{hashes['heldout']}".encode()).hexdigest()
+    combined = f"{hashes['train']}\n{hashes['heldout']}"
+    if variants:
+        combined += f"\n{dataset_hash_of(request.export_dir, VARIANT_HALF)}:{variants}"
+    combined_hash = hashlib.sha256(combined.encode()).hexdigest()
     upgrade_to_head(db_url)
     engine = make_engine(db_url)
     factory = make_session_factory(engine)
@@ -82,6 +101,11 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None, seed: in
                                             transfer_check_id=check_id)
                 if runs[half].status != "complete":
                     break   # the check has failed already: do not spend the other half's rollouts
+            if variants and all(run.status == "complete" for run in runs.values()):
+                variant_request = replace(request, config=VARIANT_HALF,
+                                          taskset_options={**request.taskset_options, "variants_per_item": variants})
+                runs[VARIANT_HALF] = run_and_record(variant_request, db_url=db_url, console=console,
+                                                    transfer_check_id=check_id)
         except BaseException as exc:   # interrupted or crashed: never leave the check `running`
             with factory() as session, session.begin():
                 check = session.get(TransferCheck, check_id)
@@ -105,7 +129,17 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None, seed: in
             if report.matched_gap_interval is not None:
                 check.matched_gap_ci_low = report.matched_gap_interval.low
                 check.matched_gap_ci_high = report.matched_gap_interval.high
+            memorisation = None
+            if variants:
+                memorisation = memorisation_gap(outcomes_by(factory, runs["train"].run_id, "item"),
+                                                outcomes_by(factory, runs[VARIANT_HALF].run_id, "parent"),
+                                                variants, seed=seed)
+                check.variants_per_item = variants
+                check.variant_train_accuracy = memorisation.variant_accuracy
+                check.memorisation_gap_points = memorisation.gap_points
+                check.memorisation_gap_ci_low = memorisation.interval.low
+                check.memorisation_gap_ci_high = memorisation.interval.high
             check.status = "complete"
-            return TransferCheckResult(check_id, "complete", runs, report, None)
+            return TransferCheckResult(check_id, "complete", runs, report, None, memorisation)
     finally:
         engine.dispose()
