@@ -96,8 +96,18 @@ def test_memoriser_shows_a_memorisation_gap_of_about_100_points(built, rows, tmp
     assert result.exit_code == 0 and "+100.0" in result.output, result.output
 
 
-def test_method_follower_shows_no_memorisation_gap(built, rows, tmp_path, monkeypatch):
-    result = _check(MethodFollower(rows), built, f"sqlite:///{tmp_path / 'f.sqlite'}", monkeypatch)
-    assert result.status == "complete", result.error
-    assert result.memorisation.variant_accuracy == 1.0 and result.memorisation.original_accuracy == 1.0
-    assert result.memorisation.gap_points == 0.0
+def test_method_follower_shows_no_memorisation_gap_through_the_cli(built, rows, tmp_path, monkeypatch):
+    monkeypatch.setenv(API_KEY_VAR, "not-a-real-key")
+    db_url = f"sqlite:///{tmp_path / 'f.sqlite'}"
+    with FakeOpenAI(MethodFollower(rows)) as server:
+        result = CliRunner(env={"COLUMNS": "260"}).invoke(app, [
+            "transfer-check", "-m", "scripted", "--base-url", server.base_url, "--api-key-var", API_KEY_VAR,
+            "--rollouts", "1", "--max-concurrent", "16", "--variants", str(K), "--db", db_url,
+            "--export-dir", str(built["export_dir"])])
+    assert result.exit_code == 0, result.output
+    assert "memorisation gap" in result.output and "+0.0 points" in result.output, result.output
+    database = sqlite3.connect(tmp_path / "f.sqlite")
+    [(points, accuracy)] = database.execute(
+        "SELECT memorisation_gap_points, variant_train_accuracy FROM transfer_gap").fetchall()
+    database.close()
+    assert points == 0.0 and accuracy == 1.0
