@@ -129,7 +129,7 @@ def test_baseline_of_one_is_refused(session_factory) -> None:
                                  "VALUES ('ch01-c', 1.0, '0', '2026-01-01')"))
 
 
-def test_migration_0007_keeps_every_row_and_view(tmp_path: Path) -> None:
+def test_migration_0007_keeps_every_row_and_view(tmp_path) -> None:
     """Rows written under 0002's schema survive every later migration, 0007's table rebuilds included,
     unchanged; the views still read them (item_history through the aggregates 0006 backfills), and the
     new status values are accepted afterwards."""

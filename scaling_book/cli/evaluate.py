@@ -103,14 +103,14 @@ def _run_eval(request, db, resume_run_id=None) -> None:
                   f"in {summary.seconds:.1f} s")
 
 
-def _run_check(request, db, resume_check_id=None) -> None:
+def _run_check(request, db, resume_check_id=None, variants: int = 0) -> None:
     from scaling_book.runs.resume import ResumeRefused
     from scaling_book.runs.runner import EmptySelection, MissingExport
     from scaling_book.runs.transfer_check import run_transfer_check
 
     started = time.perf_counter()
     try:
-        result = run_transfer_check(request, db_url=db, console=err,
+        result = run_transfer_check(request, db_url=db, console=err, variants=variants,
                                     resume_check_id=resume_check_id)
     except MissingExport as exc:
         err.print(f"[bold red]{exc}[/bold red]")
@@ -188,6 +188,8 @@ def transfer_check_command(
     request_timeout: TimeoutOption = DEFAULT_REQUEST_TIMEOUT_S,
     system_prompt_mode: PromptModeOption = "system",
     allow_unisolated_code: UnisolatedOption = False,
+    variants: Annotated[int, typer.Option("--variants", min=0, help="Also evaluate K counterfactual variants of "
+                                          "every parametric train item and report the memorisation gap.")] = 0,
     db: DbOption = None,
     export_from: ExportOption = None,
 ) -> None:
@@ -197,6 +199,10 @@ def transfer_check_command(
     per-grader table and the matched-grader gap (held-out reweighted to the train grader mix). A check
     in which any rollout failed is stored as failed (exit 3) and stays out of the history views; an
     interrupted one exits 130 and `scaling-book resume RUN` finishes both halves.
+
+    With --variants K, a third run evaluates the first K exported variants (config train_variants) of
+    every parametric train item, and the memorisation gap (original minus variant accuracy over those
+    items, paired 95% interval) is stored on the check and printed beside the train/held-out gap.
     """
     check_endpoint(base_url, api_key_var)
     request = _request(model=model, base_url=base_url, api_key_var=api_key_var, config="train", rollouts=rollouts,
@@ -205,7 +211,7 @@ def transfer_check_command(
                        request_timeout=request_timeout, system_prompt_mode=system_prompt_mode,
                        allow_unisolated_code=allow_unisolated_code)
     preflight(base_url, api_key_var, model, request_timeout)
-    _run_check(request, db)
+    _run_check(request, db, variants=variants)
 
 
 @app.command()

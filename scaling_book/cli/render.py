@@ -63,6 +63,16 @@ def print_build_report(console: Console, report: Any, elapsed_s: float) -> None:
     console.print(f"mutation check: {gate.mutants_run} mutants of the references, "
                   f"{len(gate.survivors)} survived, {len(gate.equivalent_mutants)} equivalent (same function on "
                   "every probe; not counted)")
+    variants = getattr(report, "variants", None)
+    if variants is not None:
+        covered = ", ".join(f"ch{c} {e.parametric}/{e.arithmetic}" for c, e in variants.coverage.items())
+        rejected = {i: variants.rejected_total(i) for i in variants.variants if variants.rejected_total(i)}
+        console.print(f"variants: {variants.k} per parametric item rendered and checked for "
+                      f"{len(variants.variants)} items ({variants.references_run} code references passed their "
+                      f"variant tests); parametric/arithmetic items: {covered}")
+        if rejected:
+            console.print("rejected draws: " + ", ".join(f"{i} {n}" for i, n in sorted(rejected.items())),
+                          highlight=False, soft_wrap=True)
     if gate.baselines:
         nonzero = {k: v for k, v in gate.baselines.items() if v[0] > 0}
         console.print(f"baselines: {len(gate.baselines)} code items measured, {len(nonzero)} with a constant "
@@ -123,13 +133,22 @@ def print_transfer_check(console: Console, result: Any, model: str, checkpoint: 
     for grader, status in report.unmatched.items():
         console.print(f"  grader {grader} is in the {status.replace(' only', '')} half only: "
                       "left out of the matched-grader gap")
+    memorisation = getattr(result, "memorisation", None)
+    if memorisation is not None:
+        console.print(f"memorisation gap (original - variants, {memorisation.items} parametric train items, "
+                      f"{memorisation.variants_per_item} variants each, run {result.runs['train_variants'].run_id}): "
+                      f"[bold]{memorisation.gap_points:+.1f} points[/bold] "
+                      f"95% {fmt_interval(*interval_ends(memorisation.interval))} "
+                      f"(original {100 * memorisation.original_accuracy:.1f}%, "
+                      f"variants {100 * memorisation.variant_accuracy:.1f}%)")
 
 
 def print_history(console: Console, rows: list) -> None:
     """One row per completed transfer check: step, each half with its interval, gap, matched gap."""
     table = Table(title="transfer checks", title_justify="left")
     for column in ("id", "model", "checkpoint", "step", "train", "heldout", "truncated (train/heldout)",
-                   "gap (pts)", "gap 95%", "matched (pts)", "matched 95%", "isolation"):
+                   "gap (pts)", "gap 95%", "matched (pts)", "matched 95%", "memorisation (pts)", "memorisation 95%",
+                   "isolation"):
         table.add_column(column, justify="left" if column in ("model", "checkpoint") else "right")
     for r in rows:
         truncated = "-" if r.train_truncated is None else f"{r.train_truncated}/{r.heldout_truncated}"
@@ -138,7 +157,9 @@ def print_history(console: Console, rows: list) -> None:
                       f"{100 * r.heldout_accuracy:.1f}% {fmt_interval(*r.heldout_ci, 100, 0)}", truncated,
                       f"{r.gap_points:+.1f}", fmt_interval(*r.gap_ci),
                       "-" if r.matched_gap_points is None else f"{r.matched_gap_points:+.1f}",
-                      fmt_interval(*r.matched_gap_ci), _isolation_cell(r.isolation))
+                      fmt_interval(*r.matched_gap_ci),
+                      "-" if r.memorisation_gap_points is None else f"{r.memorisation_gap_points:+.1f}",
+                      fmt_interval(*r.memorisation_gap_ci), _isolation_cell(r.isolation))
     console.print(table)
 
 

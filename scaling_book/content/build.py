@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from scaling_book.content.domains import load_domains
-from scaling_book.content.export import CONFIGS, config_members, export
+from scaling_book.content.export import CONFIGS, VARIANT_CONFIGS, config_members, export, variant_config_members
 from scaling_book.content.gate import GateError, GateReport, run_gate
 from scaling_book.content.loader import load_derive, load_hardware, load_seed
 from scaling_book.content.specs import ItemSpec, SeedError, SeedIssue
 from scaling_book.content.wrong_hardware import WrongHardwareReport, check_wrong_hardware
+from scaling_book.content.variant_checks import GATE_VARIANTS, VariantGateReport, run_variant_gate, store_definitions
+from scaling_book.content.variants import load_context
 from scaling_book.paths import SEED_DIR
 from scaling_book.store import (
     make_engine,
@@ -44,6 +46,7 @@ class BuildReport:
     by_provenance: dict[str, int]
     by_config: dict[str, int]
     gate: GateReport
+    variants: VariantGateReport | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
     errata: list[tuple[str, str]] = field(default_factory=list)
     method_stated: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
@@ -89,8 +92,10 @@ def build(
     seed_dir: Path = SEED_DIR,
     export_dir: Path | None = None,
     on_progress: Callable[[str], None] | None = None,
+    variants_k: int = GATE_VARIANTS,
 ) -> BuildReport:
-    """Migrate, load, gate and (unless `export_dir` is None) export. Raises on any failure."""
+    """Migrate, load, gate (items, then `variants_k` variants of every parametric item) and (unless
+    `export_dir` is None) export. Raises on any failure."""
     url = resolve_db_url(db_url)
     say = on_progress or (lambda _message: None)
     say("migrating the store to head")
@@ -104,6 +109,7 @@ def build(
         raise GateError(wrong_hardware.failures)
     domains = load_domains(seed_dir)
     protect_reference_solutions(seed_dir)
+    context = load_context(seed_dir)
     engine = make_engine(url)
     try:
         with make_session_factory(engine)() as session, session.begin():
@@ -114,17 +120,23 @@ def build(
             say(f"gate: checking {len(specs)} items")
             gate = run_gate(session, on_progress=lambda item_id: say(f"gate: ran reference of {item_id}"),
                             domains=domains)
+            say(f"gate: rendering {variants_k} variants of {len(context.parametric_ids())} parametric items")
+            variants = run_variant_gate(context, specs, variants_k)
+            store_definitions(session, context)
         manifest: dict[str, Any] = {}
         if export_dir is not None:
             say(f"exporting to {export_dir}")
             with make_session_factory(engine)() as session:
-                manifest = export(session, export_dir)
+                manifest = export(session, export_dir, variants=variants.variants)
     finally:
         engine.dispose()
     by_chapter, by_grader, by_provenance, by_config = summarize(specs)
+    for config in VARIANT_CONFIGS:
+        by_config[config] = sum(len(drawn) for parent, drawn in variants.variants.items()
+                                if variant_config_members(config, next(s.split for s in specs if s.id == parent)))
     return BuildReport(
         db_url=url, export_dir=export_dir, items=len(specs), by_chapter=by_chapter, by_grader=by_grader,
-        by_provenance=by_provenance, by_config=by_config, gate=gate, manifest=manifest,
+        by_provenance=by_provenance, by_config=by_config, gate=gate, variants=variants, manifest=manifest,
         errata=[(s.id, s.book_value) for s in specs if s.book_value is not None],
         method_stated=method_stated_rates(specs), wrong_hardware=wrong_hardware,
     )

@@ -36,7 +36,10 @@ CONFIGS: dict[str, str] = {
     "heldout_code": "chapter 12, implementation, GPU hardware",
     "heldout": "both held-out configs",
     "all": "everything",
+    "train_variants": "chapters 1-8, K counterfactual variants of every parametric item (fresh numbers, same method)",
+    "heldout_variants": "chapter 12, K counterfactual variants of every parametric item",
 }
+VARIANT_CONFIGS = ("train_variants", "heldout_variants")
 
 
 def config_members(config: str, split: str, kind: str) -> bool:
@@ -49,7 +52,14 @@ def config_members(config: str, split: str, kind: str) -> bool:
         "heldout_code": split == "heldout" and kind == "code",
         "heldout": split == "heldout",
         "all": True,
+        "train_variants": False,
+        "heldout_variants": False,
     }[config]
+
+
+def variant_config_members(config: str, split: str) -> bool:
+    """Whether a variant of an item of `split` belongs to `config` (only the *_variants configs hold variants)."""
+    return {"train_variants": split == "train", "heldout_variants": split == "heldout"}.get(config, False)
 
 
 def _features():
@@ -83,6 +93,9 @@ def _features():
             "code_tests": Value("string"),
             "code_baseline": Value("float64"),
             "counterpart": Value("string"),
+            "parent_id": Value("string"),
+            "variant_seed": Value("int64"),
+            "variant_inputs": Value("string"),
         },
     })
 
@@ -113,8 +126,10 @@ def render_answer(item: Item) -> str:
     return f"{item.code_task.reference_function} (reference solution in seed/{item.code_task.reference_module})"
 
 
-def item_record(item: Item, system_prompt: str) -> dict[str, Any]:
-    """One exported row: id, prompt messages, question, answer and the grader's `info`."""
+def item_record(item: Item, system_prompt: str, variant: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One exported row: id, prompt messages, question, answer and the grader's `info`. `variant`
+    (`Variant.info()`: parent id, seed, drawn inputs) marks a variant row; originals carry
+    parent_id "" and variant_seed -1."""
     task = item.code_task
     question = render_question(item)
     return {
@@ -148,8 +163,24 @@ def item_record(item: Item, system_prompt: str) -> dict[str, Any]:
             ) if task else "",
             "code_baseline": task.baseline.best_fraction if task and task.baseline else 0.0,
             "counterpart": item.counterpart_id or "",
+            **(variant or {"parent_id": "", "variant_seed": -1, "variant_inputs": ""}),
         },
     }
+
+
+def variant_record(variant: Any, system_prompt: str) -> dict[str, Any]:
+    """The exported row of a rendered `scaling_book.content.variants.Variant`; a code variant's
+    knowledge-free baseline is measured on its own test cases, as the gate does for the original."""
+    from scaling_book.grading.code import knowledge_free_baseline
+    from scaling_book.store.items import item_row
+    from scaling_book.store.models import Baseline
+
+    item = item_row(variant.spec)
+    if item.code_task is not None:
+        tests = [{"args": t.args, "expected": t.expected} for t in variant.spec.tests]
+        fraction, constant = knowledge_free_baseline(tests, item.code_task.compare, item.code_task.tolerance)
+        item.code_task.baseline = Baseline(item_id=item.id, best_fraction=fraction, best_constant=constant)
+    return item_record(item, system_prompt, variant.info())
 
 
 def dataset_hash(content_hashes: list[str]) -> str:
@@ -192,8 +223,9 @@ def _card(manifest: dict[str, Any], items: list[Item]) -> str:
     return "\n".join(lines)
 
 
-def export(session: Session, out_dir: Path) -> dict[str, Any]:
-    """Write every config of the store's items to `out_dir` (replaced atomically); return the manifest."""
+def export(session: Session, out_dir: Path, variants: dict[str, list[Any]] | None = None) -> dict[str, Any]:
+    """Write every config of the store's items to `out_dir` (replaced atomically); return the manifest.
+    `variants` ({parent id: [Variant]}, as the variant gate rendered them) fill the *_variants configs."""
     from datasets import Dataset
     from datasets.utils.logging import disable_progress_bar
 
@@ -203,6 +235,8 @@ def export(session: Session, out_dir: Path) -> dict[str, Any]:
 
     items = all_items(session)
     records = [(item, item_record(item, SYSTEM_PROMPT)) for item in items]
+    variant_records = [(v.spec, variant_record(v, SYSTEM_PROMPT))
+                       for parent in sorted(variants or {}) for v in (variants or {})[parent]]
     features = _features()
     manifest: dict[str, Any] = {"configs": {}}
     out_dir = Path(out_dir)
@@ -213,6 +247,7 @@ def export(session: Session, out_dir: Path) -> dict[str, Any]:
         for config in CONFIGS:
             members = [(item, row) for item, row in records
                        if config_members(config, item.split, "code" if item.grader == "code" else "qa")]
+            members += [(spec, row) for spec, row in variant_records if variant_config_members(config, spec.split)]
             rows = [row for _, row in members]
             (staging / config).mkdir()
             table = (Dataset.from_list(rows, features=features) if rows
@@ -220,7 +255,7 @@ def export(session: Session, out_dir: Path) -> dict[str, Any]:
             table.to_parquet(str(staging / config / "items.parquet"))
             manifest["configs"][config] = {
                 "items": len(rows),
-                "dataset_hash": dataset_hash([item.content_hash for item, _ in members]),
+                "dataset_hash": dataset_hash([row["info"]["content_hash"] for _, row in members]),
             }
         manifest["hidden_tests"] = _write_hidden_tests(staging, items)
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")

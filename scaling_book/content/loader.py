@@ -378,15 +378,30 @@ def chapter_files(seed_dir: Path) -> list[Path]:
     return sorted(p for p in seed_dir.glob("ch*.toml") if CHAPTER_FILE_PATTERN.match(p.name))
 
 
+def seed_namespace(seed_dir: Path) -> tuple[dict[str, Any], dict[str, tuple[str, str | None]]]:
+    """The expression namespace every item starts from (chips, magnitudes, `derive`, `math`) and the
+    reference modules ({"chNN": (path, source)}). Raises `SeedError`."""
+    hardware = load_hardware(seed_dir / "hardware.toml")
+    derive = load_derive(seed_dir / "derive.py")
+    return {**hardware, **MAGNITUDES, "derive": derive, "math": math}, _reference_modules(seed_dir)
+
+
+def read_item(file: str, chapter: int, raw: dict[str, Any], namespace: dict[str, Any],
+              references: dict[str, tuple[str, str | None]]) -> tuple[ItemSpec | None, list[SeedIssue], dict[str, Any]]:
+    """One `[[item]]` table read over `namespace`: (spec or None, issues, the item's namespace after its
+    `given` table)."""
+    issues: list[SeedIssue] = []
+    reader = _ItemReader(file, raw, namespace, issues)
+    spec = reader.read(chapter, references)
+    return spec, issues, reader.namespace
+
+
 def load_seed(seed_dir: Path) -> list[ItemSpec]:
     """Every item of `seed_dir`, validated and with targets evaluated.
 
     Raises `SeedError` listing every problem found (file, item id, field, message).
     """
-    hardware = load_hardware(seed_dir / "hardware.toml")
-    derive = load_derive(seed_dir / "derive.py")
-    base_namespace: dict[str, Any] = {**hardware, **MAGNITUDES, "derive": derive, "math": math}
-    references = _reference_modules(seed_dir)
+    base_namespace, references = seed_namespace(seed_dir)
     issues: list[SeedIssue] = []
     items: list[ItemSpec] = []
     seen: dict[str, str] = {}

@@ -26,6 +26,11 @@ Only the visible reply is graded (`scaling_book.grading.extract.visible_reply`: 
 last `</think>` never counts; a server's `reasoning_content` is never read). A reply cut at the token
 limit (`trace.is_truncated`: finish_reason "length" or a framework token limit) scores 0 on every
 signal, since its answer may be a discarded draft.
+
+`variant_seed` (`epoch:N` or `random`) replaces every parametric item's row by a freshly drawn
+counterfactual variant (new numbers, same method), so RL training sees fresh numbers each epoch
+without a new export. Configs `train_variants` and `heldout_variants` hold K fixed variants per
+parametric item for evaluation.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from scaling_book.grading import GRADER_VERSION, Grade, grade_async
 from scaling_book.grading.rubric import CORRECTNESS_WEIGHT, FORMAT_WEIGHT, format_reward
 from scaling_book.paths import REPO_ROOT, export_dir
 
-ConfigName = Literal["qa", "code", "train", "heldout_qa", "heldout_code", "heldout", "all"]
+ConfigName = Literal["qa", "code", "train", "heldout_qa", "heldout_code", "heldout", "all", "train_variants",
+                     "heldout_variants"]
 """The exported configs (`scaling_book.content.export.CONFIGS`; a test keeps the two in step)."""
 CONFIGS: tuple[str, ...] = get_args(ConfigName)
 
@@ -95,6 +101,13 @@ class ScalingBookTasksetConfig(vf.TasksetConfig):
     system_prompt_mode: SystemPromptMode = "system"
     """`system` sends the answer-format instructions as a system message; `user` puts them at the
     top of the user message (for served models that reject a system message with HTTP 400)."""
+    variants_per_item: int | None = Field(None, ge=1)
+    """Keep only the first N exported variants (variant seeds 1..N) of every parent item; rows of
+    original items are unaffected. Unset: every row."""
+    variant_seed: str | None = Field(None, pattern=r"^(epoch:\d+|random)$")
+    """Fresh counterfactual variants without a new export: `epoch:N` replaces every parametric item's
+    row with a variant drawn for epoch N (the same rows on every machine), `random` with a random
+    epoch. Unset: the exported rows as they are."""
 
 
 class ScalingBookTaskConfig(vf.TaskConfig):
@@ -256,7 +269,15 @@ class ScalingBookTaskset(vf.Taskset[ScalingBookTask, ScalingBookTasksetConfig]):
             }
         )
         selected = 0
-        for row in read_rows(self.config.config, self.config.export_dir):
+        rows = read_rows(self.config.config, self.config.export_dir)
+        if self.config.variants_per_item is not None:
+            rows = [row for row in rows if not row["info"].get("parent_id")
+                    or row["info"]["variant_seed"] <= self.config.variants_per_item]
+        if self.config.variant_seed is not None:
+            from scaling_book.environment.variant_draws import fresh_variant_rows
+
+            rows = fresh_variant_rows(rows, self.config.variant_seed, REPO_ROOT / "seed")
+        for row in rows:
             item_id = row["id"]
             if self.config.subset != "all":
                 on_eval_side = in_eval_fraction(item_id, self.config.eval_fraction)

@@ -245,3 +245,32 @@ def paired_difference(run_a: dict[str, list[float]], run_b: dict[str, list[float
     rng = np.random.default_rng(seed)
     picked = rng.integers(0, len(diffs), size=(replicates, len(diffs)))
     return float(diffs.mean()), _percentile_interval(diffs[picked].mean(axis=1))
+
+
+@dataclass
+class MemorisationGap:
+    """Original vs counterfactual-variant accuracy over the same parametric train items, in points."""
+
+    items: int
+    variants_per_item: int
+    original_accuracy: float
+    variant_accuracy: float
+    gap_points: float
+    interval: Interval
+
+
+def memorisation_gap(original: dict[str, list[float]], variants: dict[str, list[float]], variants_per_item: int,
+                     *, seed: int = 0, replicates: int = DEFAULT_BOOTSTRAP_REPLICATES) -> MemorisationGap:
+    """Original accuracy minus variant accuracy (points) over the items in both: `original` maps an
+    item id to its rollouts' exact outcomes, `variants` a parent item id to every rollout of all its
+    variants. The interval is the paired bootstrap of `paired_difference` (items resampled together).
+    Raises ValueError when no item has both."""
+    common = sorted(set(original) & set(variants))
+    gap, interval = paired_difference({i: variants[i] for i in common}, {i: original[i] for i in common},
+                                      seed=seed, replicates=replicates)
+    return MemorisationGap(
+        items=len(common), variants_per_item=variants_per_item,
+        original_accuracy=float(np.mean([np.mean(original[i]) for i in common])),
+        variant_accuracy=float(np.mean([np.mean(variants[i]) for i in common])),
+        gap_points=gap, interval=interval,
+    )

@@ -29,6 +29,10 @@ class CheckpointRow:
     train_truncated: int | None = None
     """Rollouts of the train half cut at the token limit (scored 0); None for checks stored before 0004."""
     heldout_truncated: int | None = None
+    """Rollouts of the held-out half cut at the token limit."""
+    memorisation_gap_points: float | None = None
+    """Original minus variant train accuracy (points); None when the check ran no variants."""
+    memorisation_gap_ci: tuple[float | None, float | None] = (None, None)
 
 
 def transfer_history(factory: sessionmaker[Session], model: str | None = None) -> list[CheckpointRow]:
@@ -53,6 +57,7 @@ def transfer_history(factory: sessionmaker[Session], model: str | None = None) -
             (r["matched_gap_ci_low"], r["matched_gap_ci_high"]),
             " / ".join(sorted(isolation.get(r["transfer_check_id"], {"unknown"}))),
             r["train_truncated"], r["heldout_truncated"],
+            r["memorisation_gap_points"], (r["memorisation_gap_ci_low"], r["memorisation_gap_ci_high"]),
         )
         for r in rows
     ]

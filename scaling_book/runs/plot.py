@@ -32,6 +32,8 @@ METRICS: dict[str, Metric] = {
         Metric("gap", "gap, train - held-out (percentage points)", lambda r: r.gap_points, lambda r: r.gap_ci),
         Metric("matched-grader-gap", "matched-grader gap, train - reweighted held-out (percentage points)",
                lambda r: r.matched_gap_points, lambda r: r.matched_gap_ci),
+        Metric("memorisation-gap", "memorisation gap, original - variant train accuracy (percentage points)",
+               lambda r: r.memorisation_gap_points, lambda r: r.memorisation_gap_ci),
     )
 }
 

@@ -94,11 +94,12 @@ def start_run(
 
 
 def finish_run(factory: sessionmaker[Session], run_id: int, rollouts: Iterable[RolloutOutcome],
-               item_versions: dict[str, tuple[str, str]], error: str | None = None) -> str:
+               item_versions: dict[str, tuple], error: str | None = None) -> str:
     """Write every rollout of run `run_id` and its final status in one transaction; return the status.
 
     The status is `failed` when `error` is given or any rollout has status `error`, else `complete`.
-    `item_versions` maps item id -> (content hash, split) of the exported items the run answered;
+    `item_versions` maps item id -> (content hash, split[, parent id, variant seed, drawn inputs JSON]) of
+    the exported items the run answered (`runner.item_versions`);
     each rollout stores them, so runs over different item versions are never compared silently.
     Raises KeyError for a rollout of an item missing from `item_versions`, and the database's
     IntegrityError for a duplicate (item, rollout index); either way nothing is written and the run
@@ -134,9 +135,12 @@ def _write_aggregates(session: Session, run_id: int) -> None:
 
 
 def _add_rollouts(session: Session, run_id: int, rollouts: list[RolloutOutcome],
-                  item_versions: dict[str, tuple[str, str]]) -> None:
+                  item_versions: dict[str, tuple]) -> None:
+    """Add `rollouts` of run `run_id`. `item_versions[item id]` is (content hash, split) or, for a
+    counterfactual variant, (content hash, split, parent item id, variant seed, drawn inputs JSON)."""
     for row in rollouts:
-        content_hash, split = item_versions[row.item_id]
+        content_hash, split, *variant = item_versions[row.item_id]
+        parent, seed, inputs = (variant + [None, None, None])[:3]
         session.add(RolloutResult(
             run_id=run_id, item_id=row.item_id, item_content_hash=content_hash,
             grader=row.grader, split=split, rollout_index=row.rollout_index,
@@ -144,6 +148,7 @@ def _add_rollouts(session: Session, run_id: int, rollouts: list[RolloutOutcome],
             exact=1 if row.exact >= 1.0 else 0, reward=row.reward if row.reward == row.reward else 0.0,
             reason=row.reason, response=row.response, error=row.error, finish_reason=row.finish_reason,
             reasoning=row.reasoning, reasoning_chars=row.reasoning_chars,
+            parent_item_id=parent, variant_seed=seed, variant_inputs_json=inputs,
         ))
 
 

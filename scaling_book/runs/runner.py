@@ -95,12 +95,14 @@ def evaluate(
     on_rollout: Callable[[RolloutOutcome], None] | None = None,
     on_heartbeat: Callable[[], None] | None = None,
     on_notice: Callable[[str], None] | None = None,
+    taskset_options: dict | None = None,
 ) -> EvalOutcome:
     """Run `rollouts_per_item` rollouts of every item of exported config `config` (the first `limit`
     items by id when given) against the OpenAI-compatible endpoint `base_url` (API key read from
     environment variable `api_key_var`), at most `max_concurrent` at once, each model request given
     `request_timeout` seconds. `sampling` holds request settings (`temperature`, `top_p`,
-    `max_tokens`, `seed`). (item id, rollout index) pairs in `skip` are not run.
+    `max_tokens`, `seed`); `taskset_options` extra taskset fields (`--env.taskset.*`). (item id,
+    rollout index) pairs in `skip` are not run.
     `on_progress(done, total)` is called once before the first rollout and after each one finishes;
     `on_rollout(outcome)` as each finishes; `on_heartbeat()` every `HEARTBEAT_S` seconds;
     `on_notice(text)` for what a person should see (the interrupt message). A failed rollout is
@@ -117,7 +119,7 @@ def evaluate(
         rollouts_per_item=rollouts_per_item, max_concurrent=max_concurrent, export_dir=export_dir,
         sampling=dict(sampling or {}), on_progress=on_progress, limit=limit, request_timeout=request_timeout,
         system_prompt_mode=system_prompt_mode, skip=skip, on_rollout=on_rollout, on_heartbeat=on_heartbeat,
-        on_notice=on_notice, allow_code_execution=allow_code_execution,
+        on_notice=on_notice, allow_code_execution=allow_code_execution, taskset_options=taskset_options,
     ))
 
 
@@ -127,11 +129,11 @@ async def _evaluate(*, config: str, model: str, base_url: str, api_key_var: str,
                     system_prompt_mode: str, skip: frozenset[tuple[str, int]],
                     on_rollout: Callable[[RolloutOutcome], None] | None, on_heartbeat: Callable[[], None] | None,
                     on_notice: Callable[[str], None] | None,
-                    allow_code_execution: bool | str = True) -> EvalOutcome:
+                    allow_code_execution: bool | str = True, taskset_options: dict | None = None) -> EvalOutcome:
     import verifiers.v1 as vf
 
     taskset: dict[str, Any] = {"id": TASKSET_ID, "config": config, "system_prompt_mode": system_prompt_mode,
-                               "allow_code_execution": allow_code_execution}
+                               "allow_code_execution": allow_code_execution, **(taskset_options or {})}
     if export_dir is not None:
         taskset["export_dir"] = str(Path(export_dir).resolve())
     env = vf.load_environment(vf.resolve_env_config({"taskset": taskset}))
@@ -268,6 +270,9 @@ class EvalRequest:
         """What the run stores in `sampling_json`: everything that shapes the requests."""
         return {**self.sampling, "request_timeout": self.request_timeout,
                 "system_prompt_mode": self.system_prompt_mode}
+
+    taskset_options: dict = field(default_factory=dict)
+    """Extra taskset fields (`--env.taskset.*`), e.g. {"variants_per_item": 4}."""
     allow_unisolated_code: bool = False
     """Run code submissions even when no isolation works here (`--allow-unisolated-code`)."""
 
@@ -323,16 +328,20 @@ def dataset_hash_of(export_dir: Path, config: str) -> str:
         raise MissingExport(f"no export of config {config!r} at {export_dir}: run `scaling-book build` first") from exc
 
 
-def item_versions(export_dir: Path, config: str) -> dict[str, tuple[str, str]]:
-    """item id -> (content hash, split) of every item of `config` in the export, read with pyarrow
-    and checked against the manifest (raises FileNotFoundError, `StaleExport`)."""
+def item_versions(export_dir: Path, config: str) -> dict[str, tuple]:
+    """item id -> (content hash, split, parent id, variant seed, drawn inputs JSON) of every item of
+    `config` in the export (the last three None for an original item), read with pyarrow and checked
+    against the manifest (raises FileNotFoundError, `StaleExport`)."""
     from scaling_book.content.export import read_config_rows
 
     rows = read_config_rows(export_dir, config, columns=["id", "info"])
-    return {row["id"]: (row["info"]["content_hash"], row["info"]["split"]) for row in rows}
+    return {row["id"]: (row["info"]["content_hash"], row["info"]["split"], row["info"].get("parent_id") or None,
+                        row["info"]["variant_seed"] if row["info"].get("parent_id") else None,
+                        row["info"].get("variant_inputs") or None)
+            for row in rows}
 
 
-def selected_items(versions: dict[str, tuple[str, str]], config: str, limit: int | None) -> list[str]:
+def selected_items(versions: dict[str, tuple], config: str, limit: int | None) -> list[str]:
     """The item ids a run of `config` covers: all, or the first `limit` by id. Raises `EmptySelection`."""
     ids = sorted(versions)[:limit] if limit is not None else sorted(versions)
     if not ids:
@@ -354,6 +363,9 @@ def run_and_record(request: EvalRequest, db_url: str | None = None, console: Con
 
     digest = dataset_hash_of(request.export_dir, request.config)
     versions = item_versions(request.export_dir, request.config)   # read before any model call
+    per_parent = request.taskset_options.get("variants_per_item")
+    if per_parent:   # the taskset keeps variant seeds 1..K of every parent: plan exactly those
+        versions = {i: v for i, v in versions.items() if v[2] is None or v[3] <= per_parent}
     ids = selected_items(versions, request.config, request.limit)
     planned = len(ids) * request.rollouts_per_item
     console = console or Console(stderr=True)
@@ -392,6 +404,7 @@ def run_and_record(request: EvalRequest, db_url: str | None = None, console: Con
                     on_rollout=lambda row: record_rollouts(factory, run_id, [row], versions),
                     on_heartbeat=lambda: heartbeat(factory, run_id),
                     on_notice=lambda text: console.print(f"[yellow]{text}[/yellow]", highlight=False),
+                    taskset_options=request.taskset_options or None,
                 )
             interrupted = outcome.interrupted
             status, error = close_run(factory, run_id, planned, interrupted=interrupted)

@@ -18,8 +18,10 @@ from rich.console import Console
 from sqlalchemy import select
 
 from scaling_book.runs.gap_statistics import (
+    MemorisationGap,
     ScoredRollout,
     TransferReport,
+    memorisation_gap,
     transfer_report,
 )
 from scaling_book.runs.recording import stored_outcomes
@@ -33,6 +35,7 @@ from scaling_book.store import make_engine, make_session_factory, upgrade_to_hea
 from scaling_book.store.models import EvalRun, RolloutResult, TransferCheck
 
 HALVES = ("train", "heldout")
+VARIANT_HALF = "train_variants"
 
 
 @dataclass
@@ -44,6 +47,7 @@ class TransferCheckResult:
     runs: dict[str, EvalSummary]
     report: TransferReport | None
     error: str | None
+    memorisation: MemorisationGap | None = None
 
 
 def scored_rollouts(factory, run_id: int) -> list[ScoredRollout]:
@@ -59,6 +63,15 @@ def _set_status(factory, check_id: int, status: str, error: str | None) -> None:
         check.status, check.error = status, error
 
 
+def outcomes_by(factory, run_id: int, key: str) -> dict[str, list[float]]:
+    """{item id (key="item") or parent item id (key="parent"): [exact of each rollout]} of run `run_id`."""
+    out: dict[str, list[float]] = {}
+    with factory() as session:
+        for r in session.scalars(select(RolloutResult).where(RolloutResult.run_id == run_id)):
+            out.setdefault(r.item_id if key == "item" else r.parent_item_id, []).append(float(r.exact))
+    return out
+
+
 def check_runs(factory, check_id: int) -> dict[str, EvalRun]:
     """The newest run of each half of transfer check `check_id`."""
     with factory() as session:
@@ -67,9 +80,13 @@ def check_runs(factory, check_id: int) -> dict[str, EvalRun]:
 
 
 def run_transfer_check(request: EvalRequest, db_url: str | None = None,
-                       console: Console | None = None, resume_check_id: int | None = None) -> TransferCheckResult:
+                       console: Console | None = None, resume_check_id: int | None = None,
+                       variants: int = 0) -> TransferCheckResult:
     """Evaluate `request` (its `config` is ignored) on train and heldout and store the transfer check;
     with `resume_check_id`, finish that interrupted check instead (same request, as stored).
+    With `variants` = K > 0, also evaluate the first K exported variants of every parametric train
+    item (config `train_variants`) and store the memorisation gap: original minus variant accuracy
+    over those items, with a paired interval.
 
     Raises `MissingExport` when there is no export, and `ResumeRefused` when the check to resume is not
     interrupted or its export changed; never raises on a failed rollout (the check is stored as failed).
@@ -77,7 +94,10 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None,
     from scaling_book.runs.resume import ResumeRefused
 
     hashes = {half: dataset_hash_of(request.export_dir, half) for half in HALVES}
-    combined_hash = hashlib.sha256(f"{hashes['train']}\n{hashes['heldout']}".encode()).hexdigest()
+    combined = f"{hashes['train']}\n{hashes['heldout']}"
+    if variants:
+        combined += f"\n{dataset_hash_of(request.export_dir, VARIANT_HALF)}:{variants}"
+    combined_hash = hashlib.sha256(combined.encode()).hexdigest()
     upgrade_to_head(db_url)
     engine = make_engine(db_url)
     factory = make_session_factory(engine)
@@ -120,6 +140,11 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None,
                                             resume_run_id=None if previous is None else previous.id)
                 if runs[half].status != "complete":
                     break   # the check has failed or stopped: do not spend the other half's rollouts
+            if variants and all(run.status == "complete" for run in runs.values()):
+                variant_request = replace(request, config=VARIANT_HALF,
+                                          taskset_options={**request.taskset_options, "variants_per_item": variants})
+                runs[VARIANT_HALF] = run_and_record(variant_request, db_url=db_url, console=console,
+                                                    transfer_check_id=check_id)
         except KeyboardInterrupt:
             _set_status(factory, check_id, "interrupted", "interrupted")
             raise
@@ -150,7 +175,17 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None,
                 check.matched_gap_ci_low = report.matched_gap_interval.low
                 check.matched_gap_ci_high = report.matched_gap_interval.high
             check.train_truncated, check.heldout_truncated = runs["train"].truncated, runs["heldout"].truncated
+            memorisation = None
+            if variants:
+                memorisation = memorisation_gap(outcomes_by(factory, runs["train"].run_id, "item"),
+                                                outcomes_by(factory, runs[VARIANT_HALF].run_id, "parent"),
+                                                variants)
+                check.variants_per_item = variants
+                check.variant_train_accuracy = memorisation.variant_accuracy
+                check.memorisation_gap_points = memorisation.gap_points
+                check.memorisation_gap_ci_low = memorisation.interval.low
+                check.memorisation_gap_ci_high = memorisation.interval.high
             check.status, check.error = "complete", None
-            return TransferCheckResult(check_id, "complete", runs, report, None)
+            return TransferCheckResult(check_id, "complete", runs, report, None, memorisation)
     finally:
         engine.dispose()

@@ -293,6 +293,12 @@ class TransferCheck(Base):
     matched_gap_points: Mapped[float | None] = mapped_column(Float)
     matched_gap_ci_low: Mapped[float | None] = mapped_column(Float)
     matched_gap_ci_high: Mapped[float | None] = mapped_column(Float)
+    variants_per_item: Mapped[int | None] = mapped_column(Integer)
+    variant_train_accuracy: Mapped[float | None] = mapped_column(Float)
+    memorisation_gap_points: Mapped[float | None] = mapped_column(Float)
+    """Original train accuracy minus variant train accuracy, over the parametric train items."""
+    memorisation_gap_ci_low: Mapped[float | None] = mapped_column(Float)
+    memorisation_gap_ci_high: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)
     train_truncated: Mapped[int | None] = mapped_column(Integer)
     """Rollouts of the train run cut at the token limit (scored 0, counted in the accuracy)."""
@@ -382,6 +388,11 @@ class RolloutResult(Base):
     at most `REASONING_STORED_CHARS` characters."""
     reasoning_chars: Mapped[int | None] = mapped_column(Integer)
     """Full length of the reasoning in characters, before the cap."""
+    parent_item_id: Mapped[str | None] = mapped_column(String(80))
+    """For a counterfactual variant: the item it was rendered from (else NULL)."""
+    variant_seed: Mapped[int | None] = mapped_column(Integer)
+    variant_inputs_json: Mapped[str | None] = mapped_column(Text)
+    """The drawn inputs as the question showed them, {name: text}."""
 
     run: Mapped[EvalRun] = relationship(back_populates="rollouts")
 
@@ -414,3 +425,66 @@ class RunItemAggregate(Base):
     """Rollouts of the item stored for the run."""
     truncated: Mapped[int] = mapped_column(Integer, server_default="0")
     """Rollouts whose reply was cut off by the token limit (0 until truncation is recorded)."""
+
+
+VARIANT_DISTRIBUTIONS = ("log_uniform", "uniform", "int", "choices", "derived")
+VARIANT_STYLES = ("sci", "plain", "int", "comma")
+
+
+class VariantDefinition(Base):
+    """The parametric declaration of one item (`seed/variants/chNN.toml`): its question template.
+    Its inputs and placeholders are rows of `variant_inputs` and `variant_placeholders`."""
+
+    __tablename__ = "variant_definitions"
+
+    item_id: Mapped[str] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
+    source_file: Mapped[str] = mapped_column(String(40))
+    template: Mapped[str] = mapped_column(Text)
+    constraints_json: Mapped[str] = mapped_column(Text)
+
+    inputs: Mapped[list[VariantInputRow]] = relationship(cascade="all, delete-orphan", order_by="VariantInputRow.name")
+    placeholders: Mapped[list[VariantPlaceholder]] = relationship(cascade="all, delete-orphan")
+
+
+class VariantInputRow(Base):
+    """One varying input (or derived value) of a parametric item. Ranges must be finite and ordered."""
+
+    __tablename__ = "variant_inputs"
+    __table_args__ = (
+        CheckConstraint(_in("distribution", VARIANT_DISTRIBUTIONS), name="distribution_known"),
+        CheckConstraint(_in("style", VARIANT_STYLES), name="style_known"),
+        CheckConstraint(
+            "distribution IN ('choices', 'derived') OR (low IS NOT NULL AND high IS NOT NULL AND "
+            f"{_finite('low')} AND {_finite('high')} AND low < high)", name="range_finite_and_ordered"),
+        CheckConstraint("distribution != 'log_uniform' OR low > 0", name="log_range_positive"),
+        CheckConstraint("distribution != 'choices' OR choices_json IS NOT NULL", name="choices_given"),
+        CheckConstraint("distribution != 'derived' OR expression IS NOT NULL", name="derived_has_expression"),
+        CheckConstraint(f"{_finite('scale')} AND scale > 0", name="scale_positive"),
+    )
+
+    item_id: Mapped[str] = mapped_column(ForeignKey("variant_definitions.item_id", ondelete="CASCADE"),
+                                         primary_key=True)
+    name: Mapped[str] = mapped_column(String(80), primary_key=True)
+    distribution: Mapped[str] = mapped_column(String(12))
+    low: Mapped[float | None] = mapped_column(Float)
+    high: Mapped[float | None] = mapped_column(Float)
+    choices_json: Mapped[str | None] = mapped_column(Text)
+    expression: Mapped[str | None] = mapped_column(Text)
+    sig: Mapped[int] = mapped_column(Integer)
+    style: Mapped[str] = mapped_column(String(8))
+    scale: Mapped[float] = mapped_column(Float)
+    hidden: Mapped[int] = mapped_column(Integer)
+
+
+class VariantPlaceholder(Base):
+    """A `{{name}}` of a template; the foreign key makes an unbound placeholder unstorable."""
+
+    __tablename__ = "variant_placeholders"
+    __table_args__ = (
+        ForeignKeyConstraint(["item_id", "name"], ["variant_inputs.item_id", "variant_inputs.name"],
+                             ondelete="CASCADE"),
+    )
+
+    item_id: Mapped[str] = mapped_column(ForeignKey("variant_definitions.item_id", ondelete="CASCADE"),
+                                         primary_key=True)
+    name: Mapped[str] = mapped_column(String(80), primary_key=True)
