@@ -74,7 +74,7 @@ def test_matched_grader_metric_plots_where_present() -> None:
 def _store_checks(session_factory, rows: list[CheckpointRow]) -> None:
     from datetime import UTC, datetime
 
-    from scaling_book.store.models import TransferCheck
+    from scaling_book.store.tracking import TransferCheck
 
     with session_factory() as session, session.begin():
         for r in rows:

@@ -9,7 +9,14 @@ import json
 import sqlite3
 
 import pytest
-from fake_openai import FakeOpenAI, ItemPolicy, Oracle, code_answer, final_answer, read_export_rows
+from fake_openai import (
+    FakeOpenAI,
+    ItemPolicy,
+    Oracle,
+    code_answer,
+    final_answer,
+    read_export_rows,
+)
 from test_variants import CONTEXT, _independent_targets
 from typer.testing import CliRunner
 

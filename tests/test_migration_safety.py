@@ -23,7 +23,8 @@ from scaling_book.paths import REPO_ROOT
 from scaling_book.runs.recording import RolloutOutcome, finish_run, start_run
 from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
 from scaling_book.store.migrate import alembic_config
-from scaling_book.store.models import Base, TransferCheck
+from scaling_book.store.models import Base
+from scaling_book.store.tracking import TransferCheck
 
 VIEWS = ("transfer_gap", "item_history", "grader_accuracy")
 

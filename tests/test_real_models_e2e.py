@@ -341,7 +341,12 @@ def test_the_taskset_scores_a_truncated_trace_zero_on_every_signal(qa_rows):
     import asyncio
     from types import SimpleNamespace
 
-    from scaling_book.environment.taskset import TRUNCATED_REASON, ScalingBookTask, ScalingBookTaskConfig, row_data
+    from scaling_book.environment.taskset import (
+        TRUNCATED_REASON,
+        ScalingBookTask,
+        ScalingBookTaskConfig,
+        row_data,
+    )
 
     row = qa_rows[0]
     right = Oracle(qa_rows).answer(row)

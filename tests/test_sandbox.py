@@ -20,8 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from scaling_book.paths import REPO_ROOT
-
 from scaling_book.grading.sandbox import (
     CallError,
     SandboxResult,
@@ -30,6 +28,7 @@ from scaling_book.grading.sandbox import (
     process,
     run_function,
 )
+from scaling_book.paths import REPO_ROOT
 
 BWRAP = isolation_mode() == "bwrap"
 MODES = ["rlimit", pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP, reason="bubblewrap not available"))]

@@ -65,7 +65,11 @@ def test_knowledge_free_constants_score_at_most_five_percent_on_the_variant_conf
 
 
 def test_variant_seed_draws_fresh_deterministic_variants_at_load_time(built):
-    from scaling_book.environment.taskset import ScalingBookTaskset, ScalingBookTasksetConfig, gold_response
+    from scaling_book.environment.taskset import (
+        ScalingBookTaskset,
+        ScalingBookTasksetConfig,
+        gold_response,
+    )
 
     def load(seed):
         config = ScalingBookTasksetConfig(id="scaling-book", config="train", export_dir=built["export_dir"],

@@ -12,7 +12,11 @@ from sqlalchemy.exc import IntegrityError
 from scaling_book.content.variants import load_context
 from scaling_book.paths import SEED_DIR
 from scaling_book.store.items import replace_items
-from scaling_book.store.models import VariantDefinition, VariantInputRow, VariantPlaceholder
+from scaling_book.store.models import (
+    VariantDefinition,
+    VariantInputRow,
+    VariantPlaceholder,
+)
 
 
 def test_the_build_stores_every_parametric_declaration(built):

@@ -18,12 +18,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaling_book.content.loader import load_seed, seed_namespace
+from scaling_book.content.loader import load_seed
+from scaling_book.content.namespace import seed_namespace
 from scaling_book.content.specs import ContentError, SeedError
 from scaling_book.content.variant_checks import run_variant_gate
-from scaling_book.content.variants import book_number, load_context, original, variant, variant_set
+from scaling_book.content.variants import (
+    book_number,
+    load_context,
+    original,
+    variant,
+    variant_set,
+)
 from scaling_book.paths import SEED_DIR
-
 
 CONTEXT = load_context(SEED_DIR)
 ORIGINALS = {spec.id: spec for spec in load_seed(SEED_DIR)}

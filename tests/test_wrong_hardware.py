@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from scaling_book.paths import SEED_DIR
-from scaling_book.content.loader import load_derive, load_hardware, load_seed
+from scaling_book.content.loader import load_seed
+from scaling_book.content.namespace import load_derive, load_hardware
 from scaling_book.content.wrong_hardware import check_wrong_hardware
+from scaling_book.paths import SEED_DIR
 
 TRAIN_ITEM = '''chapter = 5
 

@@ -8,9 +8,8 @@ the run is marked interrupted, and the command exits 130 naming `scaling-book re
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import time
+from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
@@ -65,7 +64,11 @@ def _request(*, model, base_url, api_key_var, config, rollouts, checkpoint, step
 
 def preflight(base_url: str, api_key_var: str, model: str, request_timeout: float) -> None:
     """Exit 3 with one line when the endpoint is unreachable, refuses the key or does not serve `model`."""
-    from scaling_book.runs.preflight import PREFLIGHT_TIMEOUT_S, EndpointError, check_endpoint_serves
+    from scaling_book.runs.preflight import (
+        PREFLIGHT_TIMEOUT_S,
+        EndpointError,
+        check_endpoint_serves,
+    )
 
     started = time.monotonic()
     try:
@@ -230,7 +233,7 @@ def resume(
     from scaling_book.runs.resume import ResumeRefused, request_for, resumable
     from scaling_book.runs.runner import MissingExport
     from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
-    from scaling_book.store.models import EvalRun
+    from scaling_book.store.tracking import EvalRun
 
     require_store(db)
     upgrade_to_head(db)

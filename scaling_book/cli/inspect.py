@@ -14,7 +14,17 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from scaling_book.cli.app import EXIT_MISSING, EXIT_USAGE, DbOption, ExportOption, app, check_config, console, err, open_for_reading
+from scaling_book.cli.app import (
+    EXIT_MISSING,
+    EXIT_USAGE,
+    DbOption,
+    ExportOption,
+    app,
+    check_config,
+    console,
+    err,
+    open_for_reading,
+)
 from scaling_book.paths import export_dir
 
 items_app = typer.Typer(help="List the exported items, or show one as the model sees it.", invoke_without_command=True)
@@ -74,7 +84,7 @@ def _stored(run: int, db: str | None):
     from sqlalchemy import select
 
     from scaling_book.store import make_session_factory
-    from scaling_book.store.models import EvalRun, RolloutResult
+    from scaling_book.store.tracking import EvalRun, RolloutResult
 
     engine = open_for_reading(db)
     try:

@@ -17,13 +17,28 @@ from pathlib import Path
 from typing import Any
 
 from scaling_book.content.domains import load_domains
-from scaling_book.content.export import CONFIGS, VARIANT_CONFIGS, config_members, export, variant_config_members
+from scaling_book.content.export import (
+    CONFIGS,
+    VARIANT_CONFIGS,
+    config_members,
+    export,
+    variant_config_members,
+)
 from scaling_book.content.gate import GateError, GateReport, run_gate
-from scaling_book.content.loader import load_derive, load_hardware, load_seed
+from scaling_book.content.loader import load_seed
+from scaling_book.content.namespace import load_derive, load_hardware
 from scaling_book.content.specs import ItemSpec, SeedError, SeedIssue
-from scaling_book.content.wrong_hardware import WrongHardwareReport, check_wrong_hardware
-from scaling_book.content.variant_checks import GATE_VARIANTS, VariantGateReport, run_variant_gate, store_definitions
+from scaling_book.content.variant_checks import (
+    GATE_VARIANTS,
+    VariantGateReport,
+    run_variant_gate,
+    store_definitions,
+)
 from scaling_book.content.variants import load_context
+from scaling_book.content.wrong_hardware import (
+    WrongHardwareReport,
+    check_wrong_hardware,
+)
 from scaling_book.paths import SEED_DIR
 from scaling_book.store import (
     make_engine,

@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from scaling_book.content.gate import GATE_WORKERS, REFERENCE_TIMEOUT_S, GateError
-from scaling_book.content.specs import ItemSpec, SeedIssue
 from scaling_book.content.parametric import PLACEHOLDER, VariantDecl
+from scaling_book.content.specs import ItemSpec, SeedIssue
 from scaling_book.content.variants import (
     Variant,
     VariantContext,
@@ -176,7 +176,11 @@ def definition_row(context: VariantContext, decl: VariantDecl):
     """The store rows of one parametric declaration (`VariantDefinition` with its inputs and placeholders)."""
     import json
 
-    from scaling_book.store.models import VariantDefinition, VariantInputRow, VariantPlaceholder
+    from scaling_book.store.models import (
+        VariantDefinition,
+        VariantInputRow,
+        VariantPlaceholder,
+    )
 
     _, _, raw = context.raw_items[decl.item_id]
     text = template(decl, raw["question"].strip())
@@ -200,7 +204,11 @@ def store_definitions(session, context: VariantContext) -> None:
     from sqlalchemy import delete
     from sqlalchemy.exc import IntegrityError
 
-    from scaling_book.store.models import VariantDefinition, VariantInputRow, VariantPlaceholder
+    from scaling_book.store.models import (
+        VariantDefinition,
+        VariantInputRow,
+        VariantPlaceholder,
+    )
 
     for table in (VariantPlaceholder, VariantInputRow, VariantDefinition):
         session.execute(delete(table))

@@ -28,9 +28,15 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from scaling_book.content.loader import chapter_files, read_item, seed_namespace
+from scaling_book.content.loader import read_item
+from scaling_book.content.namespace import chapter_files, seed_namespace
+from scaling_book.content.parametric import (
+    PLACEHOLDER,
+    VariantDecl,
+    VariantInput,
+    load_variant_decls,
+)
 from scaling_book.content.specs import ItemSpec, SeedError, SeedIssue
-from scaling_book.content.parametric import PLACEHOLDER, VariantDecl, VariantInput, load_variant_decls
 
 MAX_ATTEMPTS = 60
 NUMBER_IN_TEXT = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?")

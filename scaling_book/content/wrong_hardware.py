@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from scaling_book.content.loader import MAGNITUDES, SAFE_BUILTINS
+from scaling_book.content.namespace import MAGNITUDES, SAFE_BUILTINS
 from scaling_book.content.specs import ItemSpec, SeedIssue
 
 ROLES: tuple[frozenset[str], ...] = (

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from scaling_book.store.models import EvalRun, RolloutResult
+from scaling_book.store.tracking import EvalRun, RolloutResult
 
 
 def run_item_scores(factory: sessionmaker[Session], run_id: int) -> tuple[EvalRun, dict[str, list[float]], dict[str, str]]:

@@ -69,7 +69,7 @@ def list_runs(factory: sessionmaker[Session], model: str | None = None, limit: i
     from sqlalchemy import case, func, select
 
     from scaling_book.runs.recording import is_stale
-    from scaling_book.store.models import EvalRun, RolloutResult
+    from scaling_book.store.tracking import EvalRun, RolloutResult
 
     truncated = func.coalesce(func.sum(case((RolloutResult.status == "truncated", 1), else_=0)), 0)
     query = (select(EvalRun, func.count(RolloutResult.id), func.avg(RolloutResult.exact), truncated)
@@ -88,7 +88,7 @@ def prune_stale_runs(factory: sessionmaker[Session]) -> list[int]:
     from sqlalchemy import select
 
     from scaling_book.runs.recording import is_stale
-    from scaling_book.store.models import EvalRun, TransferCheck
+    from scaling_book.store.tracking import EvalRun, TransferCheck
 
     pruned = []
     with factory() as session, session.begin():

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import case, func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from scaling_book.store.models import EvalRun, RolloutResult, RunItemAggregate
+from scaling_book.store.tracking import EvalRun, RolloutResult, RunItemAggregate
 
 
 @dataclass

@@ -14,12 +14,16 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from scaling_book.content.export import load_hidden_tests, read_config_rows, with_hidden_tests
+from scaling_book.content.export import (
+    load_hidden_tests,
+    read_config_rows,
+    with_hidden_tests,
+)
 from scaling_book.grading.rubric import format_reward, total_reward
 from scaling_book.runs.recording import RolloutOutcome, finish_run, start_run
 from scaling_book.runs.runner import dataset_hash_of
 from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
-from scaling_book.store.models import EvalRun, RolloutResult
+from scaling_book.store.tracking import EvalRun, RolloutResult
 
 
 class RescoreError(Exception):

@@ -19,8 +19,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from scaling_book.runs.recording import is_stale
-from scaling_book.runs.runner import DEFAULT_REQUEST_TIMEOUT_S, EvalRequest, dataset_hash_of
-from scaling_book.store.models import EvalRun, RolloutResult
+from scaling_book.runs.runner import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    EvalRequest,
+    dataset_hash_of,
+)
+from scaling_book.store.tracking import EvalRun, RolloutResult
 
 SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
 """The keys of `sampling_json` that are sent with each request."""

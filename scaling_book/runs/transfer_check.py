@@ -32,7 +32,7 @@ from scaling_book.runs.runner import (
     run_and_record,
 )
 from scaling_book.store import make_engine, make_session_factory, upgrade_to_head
-from scaling_book.store.models import EvalRun, RolloutResult, TransferCheck
+from scaling_book.store.tracking import EvalRun, RolloutResult, TransferCheck
 
 HALVES = ("train", "heldout")
 VARIANT_HALF = "train_variants"

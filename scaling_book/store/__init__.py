@@ -1,5 +1,6 @@
 """The SQLite item store and run history: models, engine, migrations."""
 
+from scaling_book.store import models, tracking  # noqa: E402,F401  (every table on Base.metadata)
 from scaling_book.store.engine import (
     DB_ENV_VAR,
     make_engine,
