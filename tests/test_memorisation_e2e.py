@@ -21,6 +21,7 @@ from test_variants import CONTEXT, _independent_targets
 from typer.testing import CliRunner
 
 from scaling_book.cli import app
+from scaling_book.content.export import load_hidden_tests
 from scaling_book.runs.runner import EvalRequest
 from scaling_book.runs.transfer_check import run_transfer_check
 
@@ -35,20 +36,23 @@ def rows(built) -> list[dict]:
 
 class Memoriser(ItemPolicy):
     """Recognises an item (original or variant) and answers what it memorised for the original: the
-    original targets, and for a code item a lookup table of the original test cases."""
+    original targets, and for a code item a lookup table of every original test case, the hidden ones
+    of the export's key file included (the whole answer key of the original item)."""
 
-    def __init__(self, rows):
+    def __init__(self, rows, hidden: dict[str, list[dict]]):
         originals = [r for r in rows if not r["info"]["parent_id"]]
         super().__init__([r for r in rows if r["info"]["parent_id"]] + originals)   # originals win a tie
         self.original = {r["id"]: r for r in originals}
         self.oracle = Oracle(originals)
+        self.hidden = hidden
 
     def answer(self, row):
         parent = self.original[row["info"]["parent_id"] or row["id"]]
         info = parent["info"]
         if info["grader"] != "code":
             return self.oracle.answer(parent)
-        table = {json.dumps(t["args"]): t["expected"] for t in json.loads(info["code_tests"])}
+        cases = json.loads(info["code_tests"]) + self.hidden.get(info["item_id"], [])
+        table = {json.dumps(t["args"]): t["expected"] for t in cases}
         source = (f"import json\nTABLE = {table!r}\n"
                   f"def {info['code_function']}(*args):\n    return TABLE.get(json.dumps(list(args)), 0.0)\n")
         return code_answer(source)
@@ -75,12 +79,12 @@ def _check(policy, built, db_url, monkeypatch):
     with FakeOpenAI(policy) as server:
         request = EvalRequest(model="scripted", base_url=server.base_url, api_key_var=API_KEY_VAR,
                               config="train", export_dir=built["export_dir"], max_concurrent=16)
-        return run_transfer_check(request, db_url=db_url, seed=1, variants=K)
+        return run_transfer_check(request, db_url=db_url, variants=K)
 
 
 def test_memoriser_shows_a_memorisation_gap_of_about_100_points(built, rows, tmp_path, monkeypatch):
     db_url = f"sqlite:///{tmp_path / 'm.sqlite'}"
-    result = _check(Memoriser(rows), built, db_url, monkeypatch)
+    result = _check(Memoriser(rows, load_hidden_tests(built["export_dir"])), built, db_url, monkeypatch)
     assert result.status == "complete", result.error
     gap = result.memorisation
     parametric_train = [i for i in CONTEXT.parametric_ids() if int(i[2:4]) <= 8]
