@@ -92,13 +92,16 @@ def bench_mcq(infos: list[dict], tally: Tally) -> None:
         hostile = [f"not {gold}", f"{gold} or {other}", f"{other} or {gold}", f"{gold}/{other}", f"{gold} and {other}",
                    f"either {gold} or {other}", ", ".join(letters), f"{gold}?", f"not {other}, not {gold}",
                    f"the answer is {gold} or {other}", f"{gold}. x, {other}. y", "all of the above",
-                   f"{gold} ٣"]
+                   f"{gold} ٣", f"Option {gold} is wrong.", f"Option {gold} is incorrect; {other}",
+                   f"{gold}? No, {other}.", f"{gold} — or {other}", f"{gold}.{other}", f"{gold}...{other}",
+                   f"Option {other}, option {gold}", f"The answer is {gold}, unless it's {other}", f"rule out {gold}"]
         for text in hostile:
             g = grade(info, f"<answer>{text}</answer>")
             tally.hostile_result(g.correctness > 0, f"{info['item_id']}: {text!r} -> {g.reason}")
         full_width = chr(ord(gold) - ord("A") + ord("Ａ"))
         for text in [gold, f"({gold})", f"**{gold}**", f"\\boxed{{{gold}}}", f"Answer: {gold}",
-                     f"The answer is {gold}", f"{gold}.", full_width, f"Option {gold}"]:
+                     f"The answer is {gold}", f"{gold}.", full_width, f"Option {gold}",
+                     f"{gold}) {json.loads(info['choices'])[gold]}"]:
             g = grade(info, f"<answer>{text}</answer>")
             tally.correct_result(g.correctness == 1.0, g.reason)
 
@@ -123,12 +126,16 @@ def bench_formula(infos: list[dict], tally: Tally) -> None:
             loose = {"<": "<=", ">": ">=", "<=": "<", ">=": ">"}[op]
             hostile = [f"min({lhs}, 1e6) {op} {rhs}", f"{lhs} + {s0}/1e12 {op} {rhs}", f"{lhs} {flipped} {rhs}",
                        *([f"{lhs} {loose} {rhs}"] if not _declares_loose(info, op) else []), f"abs({lhs}) {op} {rhs}", f"({lhs})*(1 + 1e-9) {op} {rhs}",
-                       f"{lhs} {op} max({rhs}, 1)", f"floor({lhs}) {op} {rhs}", f"{rhs} {op} {lhs}"]
+                       f"{lhs} {op} max({rhs}, 1)", f"floor({lhs}) {op} {rhs}", f"{rhs} {op} {lhs}",
+                       f"{lhs} + exp(-1000*{s0}) {op} {rhs}", f"{lhs} {op} ({rhs})*1.0000000000000000000001",
+                       f"{lhs} - ({rhs}) {op} exp(-1000*{s0})"]
         else:
             hostile = [f"min({gold}, 1e6)", f"max({gold}, 1)", f"abs({gold})", f"{gold} + {s0}/1e12",
                        f"({gold})*(1 + 1e-9)", f"{s0} = {gold}", f"floor({gold})", f"ceiling({gold})",
                        f"{gold} + max(0, {s0} - 5000)", f"({gold}) + sqrt({s0})/1e15", f"2*({gold})",
-                       f"({gold})**(1.0000001)", f"({gold})*{s0}/{s0}**1.000001", f"({gold})*(1 + log({s0})/1e12)"]
+                       f"({gold})**(1.0000001)", f"({gold})*{s0}/{s0}**1.000001", f"({gold})*(1 + log({s0})/1e12)",
+                       f"{gold} + exp(-1000*{s0})", f"({gold})*(1 + 1/(1 + exp(1000*{s0})))",
+                       f"({gold})**(1 + 1e-25)", f"({gold})*1.0000000000000000000001"]
         for text in hostile:
             g = grade(info, f"<answer>{text}</answer>")
             tally.hostile_result(g.correctness > 0, f"{info['item_id']}: {text!r} -> {g.reason}")

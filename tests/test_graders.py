@@ -281,8 +281,7 @@ MCQ = {"grader": "mcq", "choices": json.dumps({"A": "ring", "B": "tree", "C": "t
 
 
 @pytest.mark.parametrize("written", ["D", "d", "(D)", "D.", "**D**", r"\boxed{D}", "Option D", "Answer: D",
-                                     "D) mesh", "The answer is D", "not B; the answer is D", "I pick (D)",
-                                     "B is wrong, so the answer is D."])
+                                     "D) mesh", "The answer is D", "I pick (D)", "D (mesh)", "The answer is D."])
 def test_mcq_pays_for_an_explicit_single_choice(written):
     g = grade(MCQ, ans(written))
     assert (g.correctness, g.exact, g.formatted) == (1.0, True, True), g.reason
@@ -316,11 +315,15 @@ def test_mcq_hedges_naming_the_right_letter_first_score_zero(written):
     "the answer is D, not A",
     "the answer is D, and A is wrong",
     "the answer is D and A is wrong",
-    "D: mesh, because a ring is slower",
-    "D) mesh",
+    "not B; the answer is D",
+    "B is wrong, so the answer is D.",
+    "D: mesh, because a ring is slower",   # quotes option A's text: names A too
 ])
-def test_mcq_single_choice_with_another_letter_in_prose_still_pays(written):
-    assert grade(MCQ, ans(written)).correctness == 1.0
+def test_mcq_another_letter_anywhere_in_the_block_scores_zero(written):
+    # precision before recall: a second letter (or another option's text) anywhere in the final answer
+    # block makes it ambiguous, even when the prose seems to reject it
+    g = grade(MCQ, ans(written))
+    assert g.correctness == 0.0 and "ambiguous" in g.reason, g.reason
 
 
 # ------------------------------------------------------------------------------------------------

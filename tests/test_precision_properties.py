@@ -40,7 +40,9 @@ NEGATIONS = ["not {v}", "never {v}", "no {v}", "> {v}", "< {v}", ">= {v}", "<= {
              "max({v}, 1)", "min({v}, 1)", "abs({v})", "\\sqrt{{{v}}}", "twice {v}", "half of {v}", "-{v}",
              "{v} * 2", "{v} + 1", "{v} - 1", "{v} / 3", "2 × {v}", "{v} × 3", "{v}^2", "{v}!", "{v}?",
              "{v} or {w}", "{v} (or {w})", "{v}-{w}", "{v} to {w}", "x < {v}", "not = {v}", "{v} or more",
-             "\\frac{{1}}{{3}} \\times {v}", "1/3 × {v}", "{v} (i.e. {w})"]
+             "\\frac{{1}}{{3}} \\times {v}", "1/3 × {v}", "{v} (i.e. {w})",
+             "x (at least) = {v}", "at_least = {v}", "upper_bound: {v}", "Wrong: {v}", "Maybe: {v}",
+             "NOT_{w}: {v}", "~~{v}~~", "{v} per"]
 
 
 def _rows(request) -> list[dict]:

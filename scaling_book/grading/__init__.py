@@ -4,7 +4,7 @@
 applies the one character policy of every grader (``extract.normalise_unicode``: NFKC, then ASCII
 digits only) and dispatches on ``info["grader"]``: ``numeric``, ``numeric_multi`` (``numeric``), ``mcq`` (``mcq``),
 ``formula`` (``formula``) and ``code`` (``code``, which runs the sandbox). It never raises and never
-returns NaN: a grader error scores 0 with the error in ``reason``. ``grade_async`` grades the same
+returns NaN: a grader error scores 0, unformatted, with the error in ``reason``. ``grade_async`` grades the same
 way without blocking an event loop: the sandbox run or sympy request goes to an executor.
 """
 
@@ -24,7 +24,7 @@ from scaling_book.grading.extract import extract_answer, extract_code, normalise
 __all__ = ["GRADER_VERSION", "GRADERS", "Grade", "grade", "grade_async"]
 
 #: Bump when grading behaviour changes; stored on every eval run.
-GRADER_VERSION = "2.1.0"
+GRADER_VERSION = "2.2.0"
 
 GRADERS = ("numeric", "numeric_multi", "mcq", "formula", "code")
 
@@ -104,7 +104,8 @@ class _Pending:
         return _finish(correctness, exact, formatted, reason, self.extracted)
 
     def failed(self, exc: Exception) -> Grade:
-        return _finish(0.0, False, self.extracted is not None,
+        # a crash is no evidence that the answer parsed: no format reward either
+        return _finish(0.0, False, False,
                        f"grader error ({self.kind}): {type(exc).__name__}: {str(exc)[:200]}", self.extracted)
 
     def finish(self) -> Grade:
@@ -158,7 +159,7 @@ def _prepare(info: Mapping[str, Any], response: str, *, allow_code_execution: bo
         correctness, exact, reason, formatted = fn(info, extracted)
         return _finish(correctness, exact, formatted, reason, extracted)
     except Exception as exc:  # noqa: BLE001 - a grader error scores 0 with the reason, never raises
-        return _finish(0.0, False, extracted is not None,
+        return _finish(0.0, False, False,
                        f"grader error ({kind}): {type(exc).__name__}: {str(exc)[:200]}", extracted)
 
 

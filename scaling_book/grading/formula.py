@@ -20,7 +20,10 @@ stages, and only the last one runs sympy:
 
 Equivalence (``sympy_worker.numerically_equal``): an exact verdict first, with every symbol positive
 (rational functions compared in canonical form, which decides either way; other expressions proved
-equal by ``simplify(a - b) == 0``); only when sympy cannot decide, agreement to 1e-20 relative at
+equal by ``simplify(a - b) == 0`` or a rewrite of it); an answer using ``exp``, ``log`` or a
+non-integer power that no gold form uses pays only with that proof, since sampling cannot see
+``B*n + exp(-1000*B)``; float literals with more than 15 significant digits are refused (``ast``
+would round them); only when sympy cannot decide otherwise, agreement to 1e-20 relative at
 sample points drawn where the item's quantities live (per-symbol ranges by name convention, e.g.
 batch ``B`` 1..1e7, bandwidth ``W`` 1e9..1e13; log-uniform draws plus the ranges' ends), and, when
 either side uses ``floor`` or ``ceiling``, also at integer points. Before that, in this process: an
@@ -253,6 +256,21 @@ def _vet_node(node: ast.AST, symbols: set[str], budget: list[int], top: bool) ->
         raise FormulaError(f"{type(node).__name__} is not allowed in a formula")
 
 
+#: A float literal with more digits than a double holds is rounded by ``ast`` before sympy sees it
+#: (``1.0000000000000000000001`` becomes ``1.0``): refused rather than graded as another number.
+MAX_FLOAT_DIGITS = 15
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])(\d[\d_]*\.[\d_]*|\.\d[\d_]*|\d[\d_]*(?=[eE][+-]?\d))([eE][+-]?\d+)?")
+
+
+def _long_float(expression: str) -> str | None:
+    """The first float literal in ``expression`` with more than MAX_FLOAT_DIGITS significant digits."""
+    for m in _FLOAT_LITERAL.finditer(expression):
+        digits = m.group(1).replace("_", "").replace(".", "").lstrip("0").rstrip("0")
+        if len(digits) > MAX_FLOAT_DIGITS:
+            return m.group(0)
+    return None
+
+
 def vet(expression: str, symbols: Iterable[str]) -> dict[str, str]:
     """Vet a normalised expression; return the form sent to the worker.
 
@@ -271,6 +289,10 @@ def vet(expression: str, symbols: Iterable[str]) -> dict[str, str]:
     if not _ALLOWED_CHARS.match(expression):
         bad = sorted({c for c in expression if not _ALLOWED_CHARS.match(c)})
         raise FormulaError(f"characters not allowed in a formula: {''.join(bad)[:20]!r}")
+    long_float = _long_float(expression)
+    if long_float:
+        raise FormulaError(f"number {long_float!r} has more than {MAX_FLOAT_DIGITS} significant digits "
+                           f"(a float would silently round it)")
     try:
         # CPython 3.11's AST-object construction is not thread-safe (graders run in threads).
         with _AST_LOCK:
@@ -362,9 +384,9 @@ def prepare_formula(info: Mapping[str, Any], answer: str | None, *, timeout_s: f
             resp = _worker_request({"op": "equiv", "form": form, "golds": golds, "symbols": symbols},
                                    timeout_s)
         except FormulaError as e:
-            return 0.0, False, f"answer {normalised[:80]!r}: {e}", True
-        if not resp.get("ok"):
-            return 0.0, False, f"answer {normalised[:80]!r} could not be compared: {resp.get('error')}", True
+            return 0.0, False, f"answer {normalised[:80]!r}: {e}", False
+        if not resp.get("ok"):  # a crash or an overrun of the worker earns no format reward either
+            return 0.0, False, f"answer {normalised[:80]!r} could not be compared: {resp.get('error')}", False
         if resp.get("equal"):
             which = "the answer" if resp.get("matched") == 0 else f"equivalent {resp.get('matched')}"
             return 1.0, True, f"{normalised[:80]!r} matches {which}: {resp.get('reason')}", True

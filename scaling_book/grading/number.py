@@ -5,7 +5,10 @@ code ticks, ``$...$``, ``\\boxed{}``, ``\\text{}``; Unicode dashes to ``-``), is
 form, and everything else scores 0 with a reason::
 
     answer     := [label] [approx] value [multiplier] [unit] [final "." ";" ","]
-    label      := "Answer:" | "The (final) answer is" | NAME ("=" | ":" | "≈")    NAME: one identifier
+    label      := "Answer:" | "The (final) answer is" | ["Answer:"] NAME ("=" | ":" | "≈")
+                  NAME: one identifier (``B``, ``B_min``, ``B_{\\text{crit}}``, ``B^*``, ``T(B)``), none of
+                  whose ``_``-parts bounds, negates or hedges (``at_least``, ``Wrong``, ``Maybe``,
+                  ``upper_bound``; ``min``/``max`` only as a subscript), no words in parentheses
     approx     := "~" | "≈" | "≃" | "∼" | "=" | "about" | "approximately" | "approx." | "roughly"
                   | "around" | "circa" | "ca."
     value      := [sign] number | [sign] plain "/" plain       (also \\frac{a}{b}: the exact fraction a/b)
@@ -21,7 +24,7 @@ fraction scores 0. A bare number is read in the item's unit; ``×`` marks a rati
 any word or symbol before the number that is not a label or an approximation marker (``not 2500``,
 ``sqrt(2500)``, ``> 2500``, ``at least 2500``), a second number or an operator after it
 (``1/2 × 2500``, ``12-13``, ``240 or 250``, ``240 (2.4e2)``), malformed numbers (``1.000.000``),
-number words (``twelve``) and non-finite values.
+number words (``twelve``), non-finite values and struck-through text (``~~625~~``: retracted).
 """
 
 from __future__ import annotations
@@ -44,10 +47,19 @@ _REFUSED_LABELS = frozenset({
     "square", "log", "ln", "exp", "max", "min", "abs", "inverse", "reciprocal", "negative", "neg", "without",
     "excluding", "nearly", "almost", "up", "to", "from", "between", "at", "upper", "lower", "bound", "limit",
     "floor", "ceil", "ceiling", "round", "approximately", "about",
+    # negating, retracting and hedging words ("Wrong: 5", "Maybe = 5", "not_5: 5")
+    "wrong", "incorrect", "false", "invalid", "isnt", "nor", "neither", "none", "nope", "maybe", "perhaps",
+    "possibly", "probably", "guess", "guessed", "unsure", "uncertain", "unless", "if", "or", "either",
+    "typo", "old", "previous", "retracted", "rejected", "scratch", "discard", "ignore", "alternative", "alt",
+    # bounds and approximations
+    "bounds", "bounded", "minimum", "maximum", "minimal", "maximal", "atleast", "atmost", "roughly", "approx",
+    "approximate", "around", "circa", "estimate", "estimated", "range", "ge", "le", "gt", "lt", "geq", "leq",
 })
+#: Subscripts that name a quantity rather than bound a value: ``B_min`` is "the minimum batch", a name.
+_NAMING_SUBSCRIPTS = frozenset({"min", "max"})
 _LABEL = re.compile(
     r"^(?:(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*[:=]?\s*"
-    r"|(?P<name>[A-Za-z][A-Za-z0-9_]{0,30})(?:\s*\([A-Za-z0-9_, ]*\))?\s*(?:=|:|≈)\s*)",
+    r"|(?P<name>[A-Za-z][A-Za-z0-9_]{0,30})(?:\s*\((?P<args>[A-Za-z0-9_, ]*)\))?\s*(?:=|:|≈)\s*)",
     re.I,
 )
 _APPROX = re.compile(r"^(?:~|≈|≃|∼|=|about\b|approximately\b|approx\.?|roughly\b|around\b|circa\b|ca\.)\s*",
@@ -106,10 +118,32 @@ def _value(m: re.Match[str]) -> float:
 
 
 def _clean(text: str) -> str:
-    t = strip_markup(text).replace("{,}", ",")
+    # subscripts and stars stay part of a label: B_{min}, B_{\text{crit}} -> B_min, B_crit; B^* -> B_star
+    t = re.sub(r"(?<=[A-Za-z0-9])_\{\s*(?:\\(?:text|mathrm|rm)\s*\{\s*)?([A-Za-z0-9]+)\s*\}?\s*\}", r"_\1", text)
+    t = re.sub(r"(?<=[A-Za-z])\^\s*\{?\s*\*\s*\}?", "_star", t)
+    t = strip_markup(t).replace("{,}", ",")
     t = _FRAC.sub(r"\1/\2", t)
     t = re.sub(r"(?<!\^)\{([^{}]*)\}", r"\1", t)  # other braces (10^{12} keeps its own)
     return t.strip().rstrip(".;,").strip()
+
+
+def _label_refusal(label: re.Match[str]) -> str | None:
+    """Why a ``name =`` label is not a plain name (None when it is): a word inside parentheses
+    ("B (at least) = 5"), or a part of the name, split on ``_``, that bounds, negates or hedges the value
+    ("at_least = 5", "Wrong: 5", "NOT_5: 5")."""
+    name = label.group("name")
+    if not name:
+        return None
+    args = [a for a in re.split(r"[\s,]+", label.group("args") or "") if a]
+    if any(not re.fullmatch(r"[A-Za-z](?:_?[A-Za-z0-9]){0,2}", a) or a.lower() in _REFUSED_LABELS for a in args):
+        return "has words in parentheses (a bound or a comment, not a name)"
+    parts = [p.lower() for p in name.split("_") if p]
+    for i, part in enumerate(parts):
+        if part in _REFUSED_LABELS and not (i > 0 and part in _NAMING_SUBSCRIPTS):
+            return f"contains {part!r}, which bounds, negates or hedges the value"
+    if any(p.isdigit() for p in parts[1:]) and len(parts) > 1 and len(parts[0]) > 1:
+        return "contains a number (a label may not carry a value)"
+    return None
 
 
 def _refuse(reason: str) -> NumberParse:
@@ -129,10 +163,19 @@ def parse_number(text: str, unit: str = "") -> NumberParse:
     malformed = re.search(r"\d\.{2,}\d|\d\.\d+\.\d", t)
     if malformed:
         return _refuse(f"malformed number {malformed.group(0)!r} in {t[:80]!r}")
+    if "~~" in t:
+        return _refuse(f"struck-through text (~~...~~) in {t[:80]!r}: a retracted value is not an answer")
     head = t
-    label = _LABEL.match(head)
-    if label and not (label.group("name") and label.group("name").lower() in _REFUSED_LABELS):
+    for _ in range(2):  # "Answer: B = 625": the answer cue, then one name
+        label = _LABEL.match(head)
+        if not label:
+            break
+        refused = _label_refusal(label)
+        if refused:
+            return _refuse(f"label {label.group(0).strip()!r} {refused}: {t[:80]!r}")
         head = head[label.end():]
+        if label.group("name"):
+            break
     for _ in range(2):
         head = _APPROX.sub("", head, count=1)
     m = _VALUE.match(head)

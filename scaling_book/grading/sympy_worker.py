@@ -7,8 +7,10 @@ time and kills and restarts this process when a request overruns. Requests have 
 by ``formula.vet`` (only numbers, declared symbols, arithmetic, comparisons and whitelisted functions).
 
 Equivalence (``numerically_equal``): an exact symbolic verdict first (rational functions are compared
-in canonical form, either way; other expressions are proved equal when ``simplify(a - b) == 0``), and
-only when sympy cannot decide, sampling: every symbol over its range by name convention (``RANGES``),
+in canonical form, either way; other expressions are proved equal when ``simplify(a - b)``, or an
+expand/powsimp/logcombine rewrite of it, is 0); an answer using an exp, log or non-integer power
+that the gold does not use is refused without that proof; only otherwise, when sympy cannot decide,
+sampling: every symbol over its range by name convention (``RANGES``),
 log-uniform draws plus the ranges' ends, agreement to ``RELATIVE_AGREEMENT`` at every point.
 
 Standalone on purpose (sympy and the standard library only), so it starts without the package.
@@ -159,7 +161,25 @@ def symbolic_verdict(a, b) -> bool | None:
         return None  # simplify is slow on these and rarely decides; sampling (and integer points) do
     if sympy.simplify(d) == 0:
         return True
+    for rewrite in (lambda e: sympy.expand(sympy.powsimp(e, force=True), force=True),
+                    lambda e: sympy.simplify(sympy.logcombine(sympy.expand_log(e, force=True), force=True)),
+                    lambda e: sympy.simplify(sympy.powdenest(e, force=True))):
+        if rewrite(d) == 0:
+            return True
     return None
+
+
+def transcendental_families(expr) -> set[str]:
+    """The non-rational function families in ``expr``: ``exp``, ``log`` and ``power`` (a power whose
+    exponent is not an integer: sqrt, x**0.5, x**(1 + 1e-25), 2**n)."""
+    families = set()
+    if expr.has(sympy.exp):
+        families.add("exp")
+    if expr.has(sympy.log):
+        families.add("log")
+    if any(not p.exp.is_Integer for p in expr.atoms(sympy.Pow)):
+        families.add("power")
+    return families
 
 
 def numerically_equal(a, b) -> tuple[bool, str]:
@@ -173,6 +193,13 @@ def numerically_equal(a, b) -> tuple[bool, str]:
         return True, "proved equal symbolically (symbols positive)"
     if verdict is False:
         return False, "a different rational function (exact comparison)"
+    # Sampling cannot see a term far below its agreement bound (B*n + exp(-1000*B)) or one that grows
+    # only outside the sampled ranges (exp(B - 10**8)): an exp, log or non-integer power the gold does
+    # not use must be proved equal, and sympy could not.
+    extra = transcendental_families(a) - transcendental_families(b)
+    if extra:
+        return False, (f"uses {', '.join(sorted(extra))}, which the item's formula does not, and sympy could "
+                       f"not prove the two equal (no credit without a proof)")
     free = a.free_symbols | b.free_symbols
     valid = 0
     for point in _points(free, seed=1234):

@@ -1,0 +1,212 @@
+"""Reward precision against the red-team's false positives (grader version 2.1.0), on the real items.
+
+Every hostile input the red-team filed scores its right value: 0. Each family is fixed as a family
+(mcq: two letters anywhere, or a rejecting/hedging word; numeric: a label that is not a plain name, a
+struck-through value; formula: an exp/log/non-integer power the gold does not use, unproved, and float
+literals longer than a double; a grader crash earns no format reward), so a few siblings of each filed
+input are checked too, and the documented correct forms must still pay. Items are read from the export
+as built (no overrides): ``ch12-gb200-nvl72-dp-batch`` asks for 625 tokens, ``ch02-3d-torus-generations``
+is D ("v4 and v5p"), ``ch01-roofline-below-ridge`` is A.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scaling_book.grading import grade
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def items(request) -> dict[str, dict]:
+    import pyarrow.parquet as pq
+
+    files = sorted((REPO_ROOT / "build" / "export" / "all").glob("*.parquet"))
+    rows = ([row for f in files for row in pq.read_table(f).to_pylist()] if files
+            else request.getfixturevalue("exported_rows"))
+    return {row["info"]["item_id"]: row["info"] for row in rows}
+
+
+def ans(text: str) -> str:
+    return f"Working...\n<answer>{text}</answer>"
+
+
+def test_the_items_are_as_the_red_team_filed_them(items):
+    assert items["ch12-gb200-nvl72-dp-batch"]["targets"] == [625.0]
+    assert items["ch02-3d-torus-generations"]["answer_letter"] == "D"
+    assert json.loads(items["ch02-3d-torus-generations"]["choices"])["D"] == "v4 and v5p"
+    assert items["ch01-roofline-below-ridge"]["answer_letter"] == "A"
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. mcq: more than one letter anywhere, or a rejecting / hedging word, is ambiguous
+# ------------------------------------------------------------------------------------------------
+
+TORUS = "ch02-3d-torus-generations"
+
+
+@pytest.mark.parametrize("written", [
+    # filed: lists and hedges
+    "Option A, option B, option C or option D",
+    "Option B or option D",
+    "The answer is B or the answer is D",
+    "choose B, or choose D",
+    # filed: rejections and retractions of D
+    "Option D is wrong; B",
+    "Option D is incorrect.",
+    "Answer: D is wrong, the right one is B",
+    "Choice D? No, B.",
+    "The answer is D — no wait, B",
+    "The answer is D, unless it's B",
+    # filed: a bare second letter after a delimited first one
+    "D) or B",
+    "D. Or possibly B",
+    "D — or B",
+    "D: but B is also plausible",
+    "D) v4 and v5p, or maybe B",
+    # filed: two letters joined by punctuation
+    "D - B",
+    "D...B",
+    "D.B",
+    # siblings
+    "not B; D",
+    "B is wrong, so D",
+    "D, B",
+    "D (or B)",
+    "D) v4 and v5p / v3, v4 and v5p",   # a second option by its text
+    "D is false",
+    "rule out D",
+    "Option D, maybe",
+    "D? Perhaps.",
+])
+def test_mcq_hostile_forms_score_zero(items, written):
+    g = grade(items[TORUS], ans(written))
+    assert g.correctness == 0.0, g.reason
+    assert "ambiguous" in g.reason, g.reason
+
+
+def test_mcq_rejecting_the_right_letter_scores_zero(items):
+    g = grade(items["ch01-roofline-below-ridge"], ans("Option A is wrong."))
+    assert g.correctness == 0.0 and "wrong" in g.reason, g.reason
+
+
+@pytest.mark.parametrize("written", ["D", "(D)", "Option D", "**D**", "The answer is D.", "D) v4 and v5p",
+                                     "D) 3D torus", "D (v4 and v5p)", "Answer: D", "D: v4 and v5p."])
+def test_mcq_correct_forms_still_pay(items, written):
+    g = grade(items[TORUS], ans(written))
+    assert (g.correctness, g.formatted) == (1.0, True), g.reason
+
+
+def test_mcq_the_right_letter_with_its_own_option_text_pays_on_every_item(items):
+    # option texts hold letters ("2 x B200", "C[I, K]{U_X}", "A TPU v5p ...") and words ("not
+    # capacity"): quoted after their own letter they are the option, not another choice or a negation
+    mcq = [info for info in items.values() if info["grader"] == "mcq"]
+    assert len(mcq) >= 10
+    for info in mcq:
+        letter = info["answer_letter"]
+        text = json.loads(info["choices"])[letter]
+        for written in (f"{letter}) {text}", f"({letter}) {text}", f"**{letter}**: {text}"):
+            g = grade(info, ans(written))
+            assert g.correctness == 1.0, (info["item_id"], written, g.reason)
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. numeric: a label is a plain name; a struck-through value is retracted
+# ------------------------------------------------------------------------------------------------
+
+BATCH = "ch12-gb200-nvl72-dp-batch"
+
+
+@pytest.mark.parametrize("written", [
+    # filed: words in the label's parentheses
+    "B (at least) = 625", "B (more than) = 625", "B(not) = 625", "B (upper bound) = 625",
+    # filed: refused words joined by underscores
+    "at_least = 625", "more_than: 625", "not_less_than = 625", "lower_bound = 625", "upper_bound: 625",
+    # filed: negating and hedging labels
+    "Wrong: 625", "Incorrect = 625", "NOT_625: 625", "Maybe: 625", "Guess: 625",
+    # filed: strikethrough
+    "~~625~~",
+    # siblings
+    "B_upper = 625", "Perhaps ≈ 625", "Answer: not = 625", "B (approximately) = 625", "B (tokens) = 625",
+    "~~1250~~ 625", "false: 625", "B_lower_bound = 625",
+])
+def test_numeric_label_and_marker_tricks_score_zero(items, written):
+    g = grade(items[BATCH], ans(written))
+    assert g.correctness == 0.0, g.reason
+
+
+@pytest.mark.parametrize("written", ["625", "625 tokens", "B = 625", "B: 625", "B_min = 625", "B_{min} = 625",
+                                     r"$B_{\text{crit}} \approx 625$", r"\(B^* = 625\)", "Answer: B = 625",
+                                     "B(n) = 625", "The answer is 625 tokens", "~625", "B_1 = 625"])
+def test_numeric_plain_labels_still_pay(items, written):
+    g = grade(items[BATCH], ans(written))
+    assert g.correctness == 1.0, g.reason
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. formula: a perturbation sympy cannot prove away pays nothing
+# ------------------------------------------------------------------------------------------------
+
+SWITCH = "ch12-sharp-switch-traffic"      # B*n
+PCIE = "ch02-pcie-flops-bound-condition"  # B > C/W
+
+
+@pytest.mark.parametrize("item_id,written", [
+    (SWITCH, "B*n + exp(-1000*B)"),
+    (SWITCH, "B*n + exp(B - 10**8)"),          # grows only beyond the sampled range of B
+    (SWITCH, "(B*n)**(1 + 1e-25)"),
+    (SWITCH, "B*n + sqrt(B)*1e-25"),
+    (SWITCH, "B*n*(1 + 1/(1+exp(10**3*B)))"),
+    (SWITCH, "B*n + log(1 + exp(-1000*n))"),
+    (PCIE, "B > C/W + exp(-10**40*B)"),
+    (PCIE, "B - C/W > exp(-1000*B)"),
+    (PCIE, "B>C/W*1.0000000000000000000001"),  # a float that rounds to 1.0
+    (SWITCH, "B*n*1.00000000000000001"),
+])
+def test_formula_perturbations_score_zero(items, item_id, written):
+    g = grade(items[item_id], ans(written))
+    assert g.correctness == 0.0, g.reason
+
+
+@pytest.mark.parametrize("item_id,written", [
+    (SWITCH, "B*n"), (SWITCH, "sqrt(B**2)*n"), (SWITCH, "exp(log(B*n))"), (SWITCH, "B*n*1.0"),
+    (SWITCH, "(B*n)**1.0"), (PCIE, "B > C/W"), (PCIE, "B*W > C"), (PCIE, "B > 1.0*C/W"),
+])
+def test_formula_provable_equivalents_still_pay(items, item_id, written):
+    g = grade(items[item_id], ans(written))
+    assert g.correctness == 1.0, g.reason
+
+
+def test_every_formula_gold_and_equivalent_still_pays(items):
+    for info in items.values():
+        if info["grader"] != "formula":
+            continue
+        for written in [info["formula_answer"], *(info.get("formula_equivalents") or [])]:
+            g = grade(info, ans(written))
+            assert g.correctness == 1.0, (info["item_id"], written, g.reason)
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. a grader crash earns no format reward
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("written", ["625 tokens per", "625 per", "625 per per"])
+def test_a_dangling_per_earns_neither_credit_nor_format(items, written):
+    g = grade(items[BATCH], ans(written))
+    assert (g.correctness, g.formatted) == (0.0, False), g.reason
+
+
+def test_any_grader_exception_is_unformatted(items, monkeypatch):
+    import scaling_book.grading.numeric as numeric
+
+    def crash(info, answer):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(numeric, "grade_numeric", crash)
+    g = grade(items[BATCH], ans("625"))
+    assert (g.correctness, g.formatted) == (0.0, False)
+    assert "grader error (numeric): RuntimeError: boom" in g.reason
