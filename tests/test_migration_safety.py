@@ -194,6 +194,9 @@ def test_rebuilding_every_table_of_a_populated_store_keeps_every_row(populated_u
                                 Base.metadata) == []
     engine.dispose()
 
+    command.upgrade(config, "9999")                # and up again: still every row
+    assert _snapshot(populated_url) == before
+
 
 def test_a_failed_rebuild_rolls_back_whole_and_a_rerun_succeeds(populated_url, tmp_path) -> None:
     before = _snapshot(populated_url)

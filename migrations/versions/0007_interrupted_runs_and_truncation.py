@@ -63,21 +63,25 @@ def _check_foreign_keys_off() -> None:
                            "foreign keys on; run it through `scaling-book db upgrade` (foreign keys off)")
 
 
-def _rebuild(table: str, old: str, new: str, widen: bool) -> None:
+STATUS_TABLES = (("transfer_checks", OLD_RUN_STATUSES, NEW_RUN_STATUSES),
+                 ("eval_runs", OLD_RUN_STATUSES, NEW_RUN_STATUSES),
+                 ("rollout_results", OLD_ROLLOUT_STATUSES, NEW_ROLLOUT_STATUSES))
+
+
+def _set_statuses(table: str, allowed: str, length: int, old_length: int) -> None:
+    """Replace `table`'s status CHECK by `allowed` and its status column's length `old_length` by `length`."""
     with op.batch_alter_table(table) as batch:  # SQLite: a table copy; PostgreSQL: ALTERs
         batch.drop_constraint(op.f(f"ck_{table}_status_known"), type_="check")
-        batch.create_check_constraint(op.f(f"ck_{table}_status_known"), sa.text(new))
-        if widen:
-            batch.alter_column("status", type_=sa.String(12), existing_type=sa.String(10), existing_nullable=False)
+        batch.create_check_constraint(op.f(f"ck_{table}_status_known"), sa.text(allowed))
+        batch.alter_column("status", type_=sa.String(length), existing_type=sa.String(old_length),
+                           existing_nullable=False)
 
 
 def upgrade() -> None:
     _check_foreign_keys_off()
     with views_set_aside():
-        for table, old, new in (("transfer_checks", OLD_RUN_STATUSES, NEW_RUN_STATUSES),
-                                ("eval_runs", OLD_RUN_STATUSES, NEW_RUN_STATUSES),
-                                ("rollout_results", OLD_ROLLOUT_STATUSES, NEW_ROLLOUT_STATUSES)):
-            _rebuild(table, old, new, widen=True)
+        for table, _, new in STATUS_TABLES:
+            _set_statuses(table, new, length=12, old_length=10)
     op.add_column("eval_runs", sa.Column("base_url", sa.Text(), nullable=True))
     op.add_column("eval_runs", sa.Column("api_key_var", sa.String(200), nullable=True))
     op.add_column("eval_runs", sa.Column("item_limit", sa.Integer(), nullable=True))
@@ -116,10 +120,5 @@ def _downgrade_tables() -> None:
                           ("eval_runs", "api_key_var"), ("eval_runs", "base_url")):
         with op.batch_alter_table(table) as batch:
             batch.drop_column(column)
-    for table, old, new in (("transfer_checks", NEW_RUN_STATUSES, OLD_RUN_STATUSES),
-                            ("eval_runs", NEW_RUN_STATUSES, OLD_RUN_STATUSES),
-                            ("rollout_results", NEW_ROLLOUT_STATUSES, OLD_ROLLOUT_STATUSES)):
-        with op.batch_alter_table(table) as batch:  # SQLite: a table copy; PostgreSQL: ALTERs
-            batch.drop_constraint(op.f(f"ck_{table}_status_known"), type_="check")
-            batch.create_check_constraint(op.f(f"ck_{table}_status_known"), sa.text(new))
-            batch.alter_column("status", type_=sa.String(10), existing_type=sa.String(12), existing_nullable=False)
+    for table, old, _ in STATUS_TABLES:
+        _set_statuses(table, old, length=10, old_length=12)
