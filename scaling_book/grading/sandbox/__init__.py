@@ -14,7 +14,7 @@ What the child gets, in both isolation modes:
 - ``python -I -S`` (no site-packages, no user site, no environment-driven imports), a minimal
   environment, stdin from ``/dev/null``, its own session and process group;
 - ``RLIMIT_AS`` 512 MB, ``RLIMIT_CPU`` 30 s, ``RLIMIT_NOFILE`` 64, ``RLIMIT_NPROC`` 64, ``RLIMIT_FSIZE``
-  8 MB, set by the runner on itself before the submission is executed;
+  8 MB, ``RLIMIT_MSGQUEUE`` 0, set by the runner on itself before the submission is executed;
 - a wall-clock timeout after which the whole process group is killed, and then every stray process
   the run left behind (see below);
 - when the caller is root, a fresh unprivileged uid for the run (so ``RLIMIT_NPROC`` is enforced and
@@ -46,6 +46,11 @@ Isolation modes (``isolation_mode()``):
   root, a background process that starts a new session and clears its environment can outlive the
   run; when it is root, the per-run uid catches it, and what that uid left in ``/tmp``, ``/var/tmp``
   and ``/dev/shm`` is deleted after the run.
+
+In bwrap mode a submission runs in a warm sandbox by default (``scaling_book.grading.sandbox.warm``):
+the same sandbox, kept per grading thread, whose server forks a fresh child per submission and kills
+and deletes everything a submission left before the next one starts. ``SCALING_BOOK_WARM_SANDBOX=0``
+gives every submission a bwrap of its own.
 
 Set ``SCALING_BOOK_ISOLATION=rlimit`` to force the rlimit mode.
 

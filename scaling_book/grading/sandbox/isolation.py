@@ -163,7 +163,7 @@ def bwrap_command(workdir: str, python: str, drop_uid: bool, inputs_fd: int | No
             work += ["--perms", "0644", "--file", str(inputs_fd), os.path.join(workdir, "inputs.py")]
     else:  # bubblewrap < 0.7 cannot size a tmpfs: bind the host directory (bounded per file only)
         work = ["--bind", workdir, workdir]
-    return [*head, *work, "--chdir", workdir, *tail]
+    return [*head, *work, "--chdir", workdir, *tail, "--", python, "-I", "-S", "-c", RUNNER]
 
 
 @functools.lru_cache(maxsize=1)
@@ -185,12 +185,15 @@ _SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 
 
 @functools.lru_cache(maxsize=16)
-def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) -> tuple[tuple, tuple]:
-    """The bwrap arguments before and after the work directory's mount (cached: they only depend on
-    the interpreter, the uid drop and the directories hidden from the child)."""
+def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str,
+                 warm: bool = False) -> tuple[tuple, tuple]:
+    """The bwrap arguments before and after the work directory's mount, up to the ``--`` that precedes
+    the program (cached: they only depend on the interpreter, the uid drop and the directories hidden
+    from the child). ``warm``: for a warm sandbox's server (``warm_bwrap_command``)."""
     root = os.geteuid() == 0
     cmd = [
         _bwrap_exe(),
+        *(["--as-pid-1"] if warm else []),
         "--die-with-parent",
         "--new-session",
         "--unshare-net",
@@ -219,7 +222,8 @@ def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) 
                for arg in ("--perms", "0755", "--dir", str(parent))]
         return out + ["--perms", "0755", "--tmpfs", path]
 
-    cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    cmd += ["--dev", "/dev", "--proc", "/proc"]
+    cmd += ["--size", str(WORKDIR_CAP_BYTES), "--perms", "1777", "--tmpfs", "/tmp"] if warm else ["--tmpfs", "/tmp"]
     for h in hidden:
         if h not in in_prefix:
             cmd += empty_dir(h)
@@ -231,7 +235,7 @@ def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) 
         cmd += ["--ro-bind", prefix, prefix]
     for h in in_prefix:  # a package installed into the interpreter's own site-packages
         cmd += ["--perms", "0755", "--tmpfs", h]
-    remount = ["/tmp", "/dev", *hidden]
+    remount = ["/dev", *hidden] if warm else ["/tmp", "/dev", *hidden]
     tail = []
     for path in remount:  # after the work directory's tmpfs is mounted inside /tmp
         tail += ["--remount-ro", path]
@@ -240,8 +244,23 @@ def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str) 
         tail += ["--cap-drop", "ALL"]
         if drop_uid:
             tail += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    tail += ["--", python, "-I", "-S", "-c", RUNNER]
+        if warm:  # the server kills and deletes what runs of other uids left; children lose all caps
+            tail += ["--cap-add", "CAP_KILL", "--cap-add", "CAP_DAC_OVERRIDE", "--cap-add", "CAP_FOWNER"]
     return tuple(cmd), tuple(tail)
+
+
+def warm_bwrap_command(python: str, drop_uid: bool, ctl_fd: int) -> list[str] | None:
+    """The bwrap command line of a warm sandbox's server (``scaling_book.grading.sandbox.server``),
+    talking on descriptor ``ctl_fd``; None where a warm sandbox cannot give what a per-submission one
+    does: bubblewrap without ``--size``, or a root caller that cannot drop to a fresh uid (its
+    children would keep the server's capabilities)."""
+    from scaling_book.grading.sandbox.server import SERVER
+
+    if not bwrap_has_size() or (os.geteuid() == 0 and not drop_uid):
+        return None
+    head, tail = _bwrap_parts(python, drop_uid, os.getcwd(), os.environ.get("HOME", ""),
+                              os.environ.get("SCALING_BOOK_EXPORT", ""), warm=True)
+    return [*head, "--chdir", "/", *tail, "--", python, "-I", "-S", "-c", SERVER, str(ctl_fd)]
 
 
 def _probe_bwrap() -> bool:

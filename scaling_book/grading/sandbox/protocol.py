@@ -49,7 +49,7 @@ class SandboxResult:
 # ``resource``; importing ``json`` or ``os`` would cost more than the rest of the run).
 # --------------------------------------------------------------------------------------------------
 
-RUNNER = r'''
+_CORE = r'''
 import posix, sys
 
 _ESC = {i: "\\u%04x" % i for i in range(32)}
@@ -94,14 +94,10 @@ def _describe(e):
     except BaseException:
         return "exception"
 
-def main():
-    with open("inputs.py", encoding="utf-8", errors="surrogatepass") as f:
-        spec = eval(f.read(), {"__builtins__": {}}, {})
+def run(spec, out, prepare):
+    # Runs the submission of ``spec`` and reports on descriptor ``out``; ``prepare()`` runs after the
+    # limits are set and the uid is dropped, just before the submission.
     nonce = spec["nonce"]
-    out = posix.dup(1)
-    null = posix.open("/dev/null", posix.O_WRONLY)
-    posix.dup2(null, 1)
-    posix.close(null)
 
     def report(text):
         data = ("\n" + nonce + " " + text + "\n").encode("utf-8", "backslashreplace")
@@ -120,7 +116,7 @@ def main():
         posix.setgroups([])
         posix.setgid(uid)
         posix.setuid(uid)
-    posix.unlink("inputs.py")
+    prepare()
     sys.argv = ["submission.py"]
     ns = {"__name__": "submission", "__builtins__": __builtins__}
     source, function, args_list = spec["source"], spec["function"], spec["args"]
@@ -145,9 +141,23 @@ def main():
         except BaseException as e:
             results.append('{"e":' + _enc(_describe(e), 0, [10]) + "}")
     report('{"results":[' + ",".join(results) + "]}")
+'''
+
+
+#: The per-submission child: ``python -I -S -c RUNNER`` in the run's work directory, which holds
+#: ``inputs.py`` (deleted before the submission runs).
+RUNNER = _CORE + r"""
+def main():
+    with open("inputs.py", encoding="utf-8", errors="surrogatepass") as f:
+        spec = eval(f.read(), {"__builtins__": {}}, {})
+    out = posix.dup(1)
+    null = posix.open("/dev/null", posix.O_WRONLY)
+    posix.dup2(null, 1)
+    posix.close(null)
+    run(spec, out, lambda: posix.unlink("inputs.py"))
 
 main()
-'''
+"""
 
 
 def py_literal(value: Any) -> str:
