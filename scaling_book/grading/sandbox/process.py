@@ -186,7 +186,7 @@ def _cleanup(proc: subprocess.Popen, uid: int | None, token: str, mode: str, ini
 # --------------------------------------------------------------------------------------------------
 
 
-def _read_available(fd: int, into: bytearray, cap: int | None) -> bool:
+def read_available(fd: int, into: bytearray, cap: int | None) -> bool:
     """Read what is available on a non-blocking fd. Returns False on EOF."""
     while True:
         try:
@@ -324,11 +324,11 @@ def run_function(source: str, function_name: str, args_list: list[list], timeout
                 for key, _ in sel.select(timeout=wait):
                     fd = key.fd
                     if fd == out_fd:
-                        if not _read_available(fd, out, STDOUT_CAP_BYTES):
+                        if not read_available(fd, out, STDOUT_CAP_BYTES):
                             sel.unregister(fd)
                             open_fds.discard(fd)
                     elif fd == err_fd:
-                        if not _read_available(fd, err, None):
+                        if not read_available(fd, err, None):
                             sel.unregister(fd)
                             open_fds.discard(fd)
                         if len(err) > STDERR_KEEP_BYTES:
@@ -340,9 +340,9 @@ def run_function(source: str, function_name: str, args_list: list[list], timeout
                 # The child has exited: take what is buffered (a background process may still
                 # hold the pipe open, so do not wait for EOF).
                 if out_fd in open_fds:
-                    _read_available(out_fd, out, STDOUT_CAP_BYTES)
+                    read_available(out_fd, out, STDOUT_CAP_BYTES)
                 if err_fd in open_fds:
-                    _read_available(err_fd, err, None)
+                    read_available(err_fd, err, None)
                 if len(out) > STDOUT_CAP_BYTES:
                     flooded = True
         finally:

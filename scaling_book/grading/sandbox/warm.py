@@ -28,7 +28,7 @@ import threading
 import time
 
 from scaling_book.grading.sandbox.isolation import warm_bwrap_command
-from scaling_book.grading.sandbox.process import sandbox_init_pidfd
+from scaling_book.grading.sandbox.process import read_available, sandbox_init_pidfd
 from scaling_book.grading.sandbox.protocol import SandboxResult, parse_report
 
 #: Submissions one server runs before it is replaced.
@@ -43,23 +43,6 @@ def warm_enabled() -> bool:
     """Whether submissions in bwrap mode go to a warm sandbox (``SCALING_BOOK_WARM_SANDBOX`` is not
     ``0``/``false``/``no``/``off``)."""
     return os.environ.get("SCALING_BOOK_WARM_SANDBOX", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def _read_some(fd: int, into: bytearray, cap: int | None) -> bool:
-    """Read what is available on a non-blocking ``fd`` into ``into`` (at most ``cap`` bytes kept when
-    given). False at end of file."""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
-        if not chunk:
-            return False
-        into += chunk
-        if cap is not None and len(into) > cap:
-            return True
 
 
 class WarmSandbox:
@@ -211,7 +194,7 @@ class WarmSandbox:
                         sel.unregister(ctl_fd)
                         if not done.startswith(b"done "):
                             outcome = "died"
-                    elif not _read_some(key.fd, out if key.fd == out_r else err,
+                    elif not read_available(key.fd, out if key.fd == out_r else err,
                                         stdout_cap if key.fd == out_r else None):
                         sel.unregister(key.fd)
                         open_fds.discard(key.fd)
