@@ -166,6 +166,7 @@ def test_a_key_left_in_a_keyring_does_not_reach_the_next_submission(sandbox_kind
     plant = (
         "import ctypes\n"
         "def f(note):\n"
+        "    note = note.encode()\n"
         "    libc = ctypes.CDLL(None, use_errno=True)\n"
         f"    key = libc.syscall({add_key}, b'user', b'scaling-book-rt17', note, len(note), -3)\n"
         f"    libc.syscall({keyctl}, 5, key, 0x3f3f3f3f)\n"   # KEYCTL_SETPERM: all to everyone
@@ -187,5 +188,5 @@ def test_a_key_left_in_a_keyring_does_not_reach_the_next_submission(sandbox_kind
         "            found.append(buf.raw[:max(n, 0)].decode() or line)\n"
         "    return found\n"
     )
-    run(plant, "from the past")
+    assert run(plant, "from the past") is True
     assert run(look) == []
