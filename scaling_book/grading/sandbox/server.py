@@ -37,16 +37,20 @@ from scaling_book.grading.sandbox.protocol import _CORE
 WIPE_MAX_ENTRIES = 10_000
 
 SERVER = _CORE + r'''
+import _signal
 import _socket
 import ctypes
 import resource  # imported once here; the runner's own import in each child then costs nothing
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _WIPE_MAX = %(wipe_max)d
+# keyctl(2) by architecture: KEYCTL_JOIN_SESSION_KEYRING gives each child a session keyring of its own
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(posix.uname().machine)
 
 
 def _child(spec_fd, out_fd, err_fd):
     posix.setsid()
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # as in a fresh interpreter
     chunks = []
     while True:
         chunk = posix.read(spec_fd, 1 << 16)
@@ -65,6 +69,8 @@ def _child(spec_fd, out_fd, err_fd):
     workdir = spec["workdir"]
 
     def prepare():
+        if _SYS_KEYCTL is not None:  # not the keyring the server and every earlier child shared
+            _libc.syscall(_SYS_KEYCTL, 1, None)
         posix.mkdir(workdir, 0o700)
         posix.chdir(workdir)
         for key in (b"HOME", b"TMPDIR"):
@@ -172,12 +178,47 @@ def _ipc_objects():
     return count
 
 
+def _tcp_sockets():
+    # Sockets that outlive their processes in the sandbox's network namespace (TIME_WAIT, FIN_WAIT):
+    # their addresses would be a message to the next submission. /proc/net/sockstat counts them for
+    # this namespace ("TCP: inuse N orphan N tw N ..."); /proc/net/tcp would walk the host's whole
+    # connection table (~20 ms).
+    count = 0
+    for name, fields in (("/proc/net/sockstat", (b"inuse", b"tw")), ("/proc/net/sockstat6", (b"inuse",))):
+        try:
+            with open(name, "rb") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            continue  # no IPv6 here
+        except OSError:
+            return 1
+        for line in lines:
+            words = line.split()
+            if words[:1] in ([b"TCP:"], [b"TCP6:"]):
+                count += sum(int(words[i + 1]) for i in range(1, len(words) - 1, 2) if words[i] in fields)
+    return count
+
+
+def _scheduling():
+    # What every child inherits from the server and a process of the same uid can change with
+    # prlimit(2), setpriority(2), sched_setaffinity(2), sched_setscheduler(2) (a non-root grader: the
+    # children share the server's uid). A child cannot undo a lowered hard limit or a raised nice.
+    limits = tuple(resource.getrlimit(getattr(resource, n)) for n in sorted(dir(resource))
+                   if n.startswith("RLIMIT_"))
+    return (limits, posix.getpriority(posix.PRIO_PROCESS, 0), posix.sched_getscheduler(0),
+            posix.sched_getparam(0).sched_priority, sorted(posix.sched_getaffinity(0)))
+
+
 _TOP_DEV = posix.lstat("/tmp").st_dev
 _SKELETON = _snapshot("/tmp")
 
 
 def serve(ctl_fd):
     _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no ptrace of the server, no /proc/1/mem
+    # PID 1 only receives the signals it handles: with SIGINT ignored (Python's KeyboardInterrupt
+    # handler otherwise) nothing in the sandbox can signal the server.
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    scheduling = _scheduling()
     posix.chdir("/")
     ctl = _socket.socket(fileno=ctl_fd)
     ctl.send(b"ready")
@@ -219,7 +260,8 @@ def serve(ctl_fd):
                 continue
         killed, left = _kill_all()
         wiped = _wipe("/tmp")
-        anomaly = int(left > 0 or not wiped or _ipc_objects() > 0)
+        anomaly = int(left > 0 or not wiped or _ipc_objects() > 0 or _tcp_sockets() > 0
+                      or _scheduling() != scheduling)
         ctl.send(b"done %%d %%d %%d" %% (posix.waitstatus_to_exitcode(status), killed, anomaly))
 
 
