@@ -14,7 +14,7 @@ What the child gets, in both isolation modes:
 - ``python -I -S`` (no site-packages, no user site, no environment-driven imports), a minimal
   environment, stdin from ``/dev/null``, its own session and process group;
 - ``RLIMIT_AS`` 512 MB, ``RLIMIT_CPU`` 30 s, ``RLIMIT_NOFILE`` 64, ``RLIMIT_NPROC`` 64, ``RLIMIT_FSIZE``
-  8 MB, ``RLIMIT_MSGQUEUE`` 0, set by the runner on itself before the submission is executed;
+  8 MB, ``RLIMIT_MSGQUEUE`` 0, ``RLIMIT_CORE`` 0, set by the runner on itself before the submission is executed;
 - a wall-clock timeout after which the whole process group is killed, and then every stray process
   the run left behind (see below);
 - when the caller is root, a fresh unprivileged uid for the run (so ``RLIMIT_NPROC`` is enforced and
@@ -35,7 +35,8 @@ Isolation modes (``isolation_mode()``):
   ``PATH`` when that is at least as new; ``bwrap_binary()`` says which ran (path, version, source). It
   needs user namespaces (unprivileged ones when not root). The child has no network, a read-only root, a private ``/tmp``, a private PID
   namespace (every process of the run dies with it), no capabilities, and the working directory as
-  the only writable path. The root is an allowlist, not the host's: the system directories
+  the only writable path, and a seccomp filter refusing the keyring system calls
+  (``scaling_book.grading.sandbox.seccomp``). The root is an allowlist, not the host's: the system directories
   (``/usr`` and the ``/bin``, ``/lib``... links into it) and the interpreter's prefix, read-only;
   nothing else of the host exists in it, so a copy of an answer key anywhere else on the machine is
   out of reach. The project tree (seed and exported answer keys), the caller's working directory and

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scaling_book.grading.sandbox.protocol import RUNNER
+from scaling_book.grading.sandbox.seccomp import seccomp_fd, seccomp_program
 from scaling_book.paths import REPO_ROOT
 
 #: Bytes the work directory can hold under bwrap (it is a tmpfs of this size); in rlimit mode only
@@ -150,11 +151,15 @@ def _hidden_paths(prefix: str, drop_uid: bool, cwd: str, home: str, export: str)
     return kept
 
 
-def bwrap_command(workdir: str, python: str, drop_uid: bool, inputs_fd: int | None = None) -> list[str]:
+def bwrap_command(workdir: str, python: str, drop_uid: bool, inputs_fd: int | None = None,
+                  seccomp_fd: int | None = None) -> list[str]:
     """The bwrap command line for one run in ``workdir``. ``inputs_fd``: an open descriptor of the run's
-    ``inputs.py``, copied into the sandbox's work directory (the caller passes it to the child)."""
+    ``inputs.py``, copied into the sandbox's work directory; ``seccomp_fd``: one of the seccomp filter
+    (``sandbox_seccomp_fd()``), which bwrap reads (the caller passes both to the child)."""
     head, tail = _bwrap_parts(python, drop_uid, os.getcwd(), os.environ.get("HOME", ""),
                               os.environ.get("SCALING_BOOK_EXPORT", ""))
+    if seccomp_fd is not None:
+        head = (*head, "--seccomp", str(seccomp_fd))
     if bwrap_has_size():
         # A fresh tmpfs of WORKDIR_CAP_BYTES at the work directory's path, holding a copy of inputs.py:
         # the child cannot fill the host's disk (RLIMIT_FSIZE bounds one file, not how many).
@@ -249,9 +254,9 @@ def _bwrap_parts(python: str, drop_uid: bool, cwd: str, home: str, export: str,
     return tuple(cmd), tuple(tail)
 
 
-def warm_bwrap_command(python: str, drop_uid: bool, ctl_fd: int) -> list[str] | None:
+def warm_bwrap_command(python: str, drop_uid: bool, ctl_fd: int, seccomp_fd: int | None = None) -> list[str] | None:
     """The bwrap command line of a warm sandbox's server (``scaling_book.grading.sandbox.server``),
-    talking on descriptor ``ctl_fd``; None where a warm sandbox cannot give what a per-submission one
+    talking on descriptor ``ctl_fd``, with the seccomp filter of ``seccomp_fd``; None where a warm sandbox cannot give what a per-submission one
     does: bubblewrap without ``--size``, or a root caller that cannot drop to a fresh uid (its
     children would keep the server's capabilities)."""
     from scaling_book.grading.sandbox.server import SERVER
@@ -260,23 +265,46 @@ def warm_bwrap_command(python: str, drop_uid: bool, ctl_fd: int) -> list[str] | 
         return None
     head, tail = _bwrap_parts(python, drop_uid, os.getcwd(), os.environ.get("HOME", ""),
                               os.environ.get("SCALING_BOOK_EXPORT", ""), warm=True)
-    return [*head, "--chdir", "/", *tail, "--", python, "-I", "-S", "-c", SERVER, str(ctl_fd)]
+    seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
+    return [*head, *seccomp, "--chdir", "/", *tail, "--", python, "-I", "-S", "-c", SERVER, str(ctl_fd)]
 
 
-def _probe_bwrap() -> bool:
-    if bwrap_binary() is None:
-        return False
+_seccomp_on = True  # False when the probe found bwrap working here only without the filter
+
+
+def sandbox_seccomp_fd() -> int | None:
+    """A fresh descriptor of the seccomp filter (``scaling_book.grading.sandbox.seccomp``) for one bwrap
+    to read, or None: no filter for this host, or this kernel refused it when bwrap was probed."""
+    return seccomp_fd() if _seccomp_on else None
+
+
+def _probe_once(with_seccomp: bool) -> bool:
     workdir = tempfile.mkdtemp(prefix="scaling-book-probe-")
+    fd = seccomp_fd() if with_seccomp else None
     try:
-        cmd = bwrap_command(workdir, _base_python(), drop_uid=False)
+        cmd = bwrap_command(workdir, _base_python(), drop_uid=False, seccomp_fd=fd)
         cmd = cmd[: cmd.index("--") + 1] + [_base_python(), "-I", "-S", "-c", "pass"]
         r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=20)
+                           stderr=subprocess.DEVNULL, timeout=20, pass_fds=(fd,) if fd is not None else ())
         return r.returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
     finally:
+        if fd is not None:
+            os.close(fd)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _probe_bwrap() -> bool:
+    global _seccomp_on
+    if bwrap_binary() is None:
+        return False
+    if _probe_once(with_seccomp=seccomp_program() is not None):
+        return True
+    if seccomp_program() is not None and _probe_once(with_seccomp=False):
+        _seccomp_on = False  # a kernel without seccomp filters: the sandbox without the keyring block
+        return True
+    return False
 
 
 def isolation_mode() -> str:

@@ -20,6 +20,7 @@ from scaling_book.grading.sandbox.isolation import (
     child_python,
     fresh_uid,
     isolation_mode,
+    sandbox_seccomp_fd,
 )
 from scaling_book.grading.sandbox.protocol import (
     RUNNER,
@@ -36,6 +37,7 @@ LIMITS: dict[str, int] = {
     "RLIMIT_NPROC": 64,  # processes of the run's uid
     "RLIMIT_FSIZE": 8 * 1024 * 1024,  # bytes per written file
     "RLIMIT_MSGQUEUE": 0,  # bytes of POSIX message queues: none (a queue would outlive the run)
+    "RLIMIT_CORE": 0,  # bytes of core dump: none
 }
 
 #: Bytes of child stdout read before the run is killed as an output flood.
@@ -266,14 +268,15 @@ def run_function(source: str, function_name: str, args_list: list[list], timeout
             "PYTHONHASHSEED": "0",
             "SCALING_BOOK_RUN": token,
         }
-        inputs_fd = info_read = info_write = None
+        inputs_fd = info_read = info_write = filter_fd = None
         pass_fds: tuple[int, ...] = ()
         if mode == "bwrap":
             inputs_fd = os.open(inputs, os.O_RDONLY)
             info_read, info_write = os.pipe()
-            cmd = bwrap_command(workdir, python, drop_uid, inputs_fd)
+            filter_fd = sandbox_seccomp_fd()
+            cmd = bwrap_command(workdir, python, drop_uid, inputs_fd, filter_fd)
             cmd[1:1] = ["--info-fd", str(info_write)]
-            pass_fds = (inputs_fd, info_write)
+            pass_fds = (inputs_fd, info_write) + ((filter_fd,) if filter_fd is not None else ())
         else:
             cmd = [python, "-I", "-S", "-c", RUNNER]
         try:
@@ -286,7 +289,7 @@ def run_function(source: str, function_name: str, args_list: list[list], timeout
             return SandboxResult("error", None, f"could not start the child: {e}",
                                  time.monotonic() - start, mode)
         finally:
-            for fd in (inputs_fd, info_write):
+            for fd in (inputs_fd, info_write, filter_fd):
                 if fd is not None:
                     os.close(fd)
         init_pidfd = None

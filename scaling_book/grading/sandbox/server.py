@@ -44,8 +44,6 @@ import resource  # imported once here; the runner's own import in each child the
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _WIPE_MAX = %(wipe_max)d
-# keyctl(2) by architecture: KEYCTL_JOIN_SESSION_KEYRING gives each child a session keyring of its own
-_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(posix.uname().machine)
 
 
 def _child(spec_fd, out_fd, err_fd):
@@ -69,8 +67,6 @@ def _child(spec_fd, out_fd, err_fd):
     workdir = spec["workdir"]
 
     def prepare():
-        if _SYS_KEYCTL is not None:  # not the keyring the server and every earlier child shared
-            _libc.syscall(_SYS_KEYCTL, 1, None)
         posix.mkdir(workdir, 0o700)
         posix.chdir(workdir)
         for key in (b"HOME", b"TMPDIR"):

@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 
-from scaling_book.grading.sandbox.isolation import warm_bwrap_command
+from scaling_book.grading.sandbox.isolation import sandbox_seccomp_fd, warm_bwrap_command
 from scaling_book.grading.sandbox.process import read_available, sandbox_init_pidfd
 from scaling_book.grading.sandbox.protocol import SandboxResult, parse_report
 
@@ -65,21 +65,27 @@ class WarmSandbox:
         """Start the server; False (and nothing left running) when it cannot start or say ready."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         info_read, info_write = os.pipe()
+        filter_fd = sandbox_seccomp_fd()
         try:
-            cmd = warm_bwrap_command(self.python, self.drop_uid, theirs.fileno())
+            cmd = warm_bwrap_command(self.python, self.drop_uid, theirs.fileno(), filter_fd)
             if cmd is None:
+                os.close(info_read)
                 return False
             cmd[1:1] = ["--info-fd", str(info_write)]
             env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
             self._proc = subprocess.Popen(cmd, env=env, cwd="/", stdin=subprocess.DEVNULL,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True, close_fds=True,
-                                          pass_fds=(theirs.fileno(), info_write))
+                                          pass_fds=(theirs.fileno(), info_write)
+                                          + ((filter_fd,) if filter_fd is not None else ()))
         except OSError:
+            os.close(info_read)
             return False
         finally:
             theirs.close()
             os.close(info_write)
+            if filter_fd is not None:
+                os.close(filter_fd)
         self._ctl = ours
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
