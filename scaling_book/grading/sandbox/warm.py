@@ -27,7 +27,10 @@ import subprocess
 import threading
 import time
 
-from scaling_book.grading.sandbox.isolation import sandbox_seccomp_fd, warm_bwrap_command
+from scaling_book.grading.sandbox.isolation import (
+    sandbox_seccomp_fd,
+    warm_bwrap_command,
+)
 from scaling_book.grading.sandbox.process import read_available, sandbox_init_pidfd
 from scaling_book.grading.sandbox.protocol import SandboxResult, parse_report
 
