@@ -124,7 +124,7 @@ def test_migration_backfills_complete_runs_only(tmp_path: Path) -> None:
 
 def test_the_immutability_trigger_survives_the_later_table_rebuilds(tmp_path: Path) -> None:
     # 0007 rebuilds eval_runs, transfer_checks and rollout_results (SQLite batch copies); the trigger
-    # 0006 puts on run_item_aggregates must still be there at head, and still refuse an UPDATE
+    # 0006 puts on run_item_aggregates must still be there at head (test_aggregates_are_immutable: it refuses)
     url = f"sqlite:///{tmp_path / 'rebuilt.sqlite'}"
     command.upgrade(alembic_config(url), "0006")
     command.upgrade(alembic_config(url), "head")
