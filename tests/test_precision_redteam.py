@@ -210,3 +210,54 @@ def test_any_grader_exception_is_unformatted(items, monkeypatch):
     g = grade(items[BATCH], ans("625"))
     assert (g.correctness, g.formatted) == (0.0, False)
     assert "grader error (numeric): RuntimeError: boom" in g.reason
+
+
+# ------------------------------------------------------------------------------------------------
+# 5. a malformed unit tail scores 0 with its reason, never a crash inside pint (grader version 2.2.1)
+# ------------------------------------------------------------------------------------------------
+
+#: Unit tails pint's parser asserted on (a dangling operator), recursed on (thousands of factors), or
+#: read as something else ("tokens per per s" was tokens/s).
+MALFORMED_TAILS = [
+    "per", "per per", "per per per", "tokens per", "tokens per per s", "tokens per / s", "tokens/per",
+    "tokens s per", "tokens per s per", "s * per", "s·per", "μs per", "µs per", "percent per", "% per",
+    "/", "s /", "/ s", "GB//s", "GB/ /s", "GB * * s", "*", "·", "GB·", "s^2", "^", "GB/s" + " per" * 200,
+    "GB " * 300 + "s", "tokens " * 9,
+]
+
+
+@pytest.mark.parametrize("tail", MALFORMED_TAILS, ids=lambda t: t[:24])
+def test_a_malformed_unit_tail_scores_zero_with_its_reason(items, tail):
+    g = grade(items[BATCH], ans(f"625 {tail}"))
+    assert (g.correctness, g.exact, g.formatted) == (0.0, False, False), g.reason
+    assert g.reason.startswith("answer '625") and "grader error" not in g.reason, g.reason
+
+
+@pytest.mark.parametrize("tail", MALFORMED_TAILS, ids=lambda t: t[:24])
+def test_unit_conversion_of_a_malformed_tail_refuses_without_raising(tail):
+    from scaling_book.grading.units import UnitError, conversion, parse_unit
+
+    for declared in ("tokens", "tokens/s", "GB/s", "s", ""):
+        conv = conversion(tail, declared)
+        assert conv.factor is None and "unknown unit" in conv.reason
+    with pytest.raises(UnitError):
+        parse_unit(tail)
+
+
+def test_a_malformed_unit_in_one_part_costs_only_that_part():
+    # two targets, the second answered exactly: credit (0 + 1) / 2, not a grader error for both
+    info = {"grader": "numeric_multi", "targets": [625.0, 2.0], "tolerance": 0.01, "units": ["tokens", "s"]}
+    g = grade(info, ans("625 tokens per; 2 s"))
+    assert g.correctness == 0.5 and "grader error" not in g.reason, g.reason
+
+
+@pytest.mark.parametrize("written", ["625 tokens", "625 tokens.", "0.625 thousand tokens"])
+def test_well_formed_units_still_read(items, written):
+    assert grade(items[BATCH], ans(written)).correctness == 1.0
+
+
+def test_a_unit_of_several_factors_still_converts():
+    from scaling_book.grading.units import conversion
+
+    # 1 GB per ms per chip is 1e9 bytes / 1e-3 s = 1e12 bytes/s, i.e. 1000 GB/s, per chip
+    assert conversion("GB per ms per chip", "GB/s/chip").factor == pytest.approx(1000.0)

@@ -120,3 +120,15 @@ def test_migration_backfills_complete_runs_only(tmp_path: Path) -> None:
     assert "run_item_aggregates" not in {name for (name,) in database.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     database.close()
+
+
+def test_the_immutability_trigger_survives_the_later_table_rebuilds(tmp_path: Path) -> None:
+    # 0007 rebuilds eval_runs, transfer_checks and rollout_results (SQLite batch copies); the trigger
+    # 0006 puts on run_item_aggregates must still be there at head (test_aggregates_are_immutable: it refuses)
+    url = f"sqlite:///{tmp_path / 'rebuilt.sqlite'}"
+    command.upgrade(alembic_config(url), "0006")
+    command.upgrade(alembic_config(url), "head")
+    database = _connect(url)
+    assert database.execute("SELECT tbl_name FROM sqlite_master WHERE type = 'trigger' AND name = "
+                            "'run_item_aggregates_immutable'").fetchall() == [("run_item_aggregates",)]
+    database.close()

@@ -152,3 +152,34 @@ def test_method_stated_is_required_and_boolean(seed: Path) -> None:
     _write(seed, GOOD_NUMERIC.replace("method_stated = false", "method_stated = true"))
     [item] = load_seed(seed)
     assert item.method_stated is True
+
+
+def _hashes(seed_dir: Path) -> dict[str, tuple[str, str]]:
+    return {spec.id: (spec.grader, spec.content_hash()) for spec in load_seed(seed_dir)}
+
+
+def _changed(before: dict, after: dict) -> set[str]:
+    assert set(before) == set(after)
+    return {item_id for item_id in before if before[item_id] != after[item_id]}
+
+
+def test_a_code_items_hash_covers_its_hidden_test_domain(tmp_path: Path) -> None:
+    seed_dir = tmp_path / "seed"
+    shutil.copytree(SEED_DIR, seed_dir)
+    domains = seed_dir / "code_domains.toml"
+    text = domains.read_text()
+    before = _hashes(seed_dir)
+    # one item's domain: a narrower batch range changes the hidden cases of ch01-matmul-time-bounds only
+    old = "[ch01-matmul-time-bounds]\nbatch = { log_int = [1, 65536] }\n"
+    assert old in text
+    domains.write_text(text.replace(old, old.replace("[1, 65536]", "[2, 65536]")))
+    assert _changed(before, _hashes(seed_dir)) == {"ch01-matmul-time-bounds"}
+    # draw order matters (the draws consume one random stream): swapping two keys changes it too
+    swapped = "[ch01-matmul-time-bounds]\nd_model = { pow2 = [128, 32768] }\nbatch = { log_int = [1, 65536] }\n"
+    domains.write_text(text.replace(old + "d_model = { pow2 = [128, 32768] }\n", swapped))
+    assert _changed(before, _hashes(seed_dir)) == {"ch01-matmul-time-bounds"}
+    # the case count is every code item's: all of them change, no question-answer item does
+    assert "\ncases = 50 " in text
+    domains.write_text(text.replace("\ncases = 50 ", "\ncases = 49 "))
+    code_ids = {item_id for item_id, (grader, _) in before.items() if grader == "code"}
+    assert len(code_ids) == 24 and _changed(before, _hashes(seed_dir)) == code_ids

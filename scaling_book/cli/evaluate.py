@@ -201,7 +201,7 @@ def transfer_check_command(
     Prints each half's exact accuracy (items, rollouts, truncated, 95% interval), the gap in points, a
     per-grader table and the matched-grader gap (held-out reweighted to the train grader mix). A check
     in which any rollout failed is stored as failed (exit 3) and stays out of the history views; an
-    interrupted one exits 130 and `scaling-book resume RUN` finishes both halves.
+    interrupted one exits 130 and `scaling-book resume RUN` finishes every half.
 
     With --variants K, a third run evaluates the first K exported variants (config train_variants) of
     every parametric train item, and the memorisation gap (original minus variant accuracy over those
@@ -228,7 +228,8 @@ def resume(
     export_from: ExportOption = None,
 ) -> None:
     """Finish an interrupted (or dead running) run: only its missing (item, rollout) pairs run, with its
-    stored sampling arguments; refused when the export changed since. A transfer check resumes both halves."""
+    stored sampling arguments; refused when the export changed since. A transfer check resumes every half it
+    had (train, heldout and, after `--variants K`, its K variants)."""
     from scaling_book.cli.app import require_store
     from scaling_book.runs.resume import ResumeRefused, request_for, resumable
     from scaling_book.runs.runner import MissingExport

@@ -54,6 +54,16 @@ class Domains:
         """The recorded per-item seed: a stable 31-bit integer from the base seed and the id."""
         return random.Random(f"{self.seed}:{item_id}").getrandbits(31)
 
+    def fingerprint(self, item_id: str) -> dict[str, Any] | None:
+        """Everything in the file that decides `item_id`'s hidden cases (the base seed, the case count,
+        its draws in draw order and its constraints), as JSON-able data for the item's content hash;
+        None when the file declares no domain for it."""
+        domain = self.items.get(item_id)
+        if domain is None:
+            return None
+        return {"seed": self.seed, "cases": self.cases, "constraints": list(domain.constraints),
+                "draws": [[name, table] for name, table in domain.draws.items()]}
+
 
 def load_domains(seed_dir: Path) -> Domains | None:
     """Read `seed_dir/code_domains.toml`; None when the file is absent. Raises `ContentError` for a

@@ -17,6 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from scaling_book.content.domains import load_domains
 from scaling_book.content.namespace import (
     CHAPTER_FILE_PATTERN,
     SAFE_BUILTINS,
@@ -332,7 +333,8 @@ def read_item(file: str, chapter: int, raw: dict[str, Any], namespace: dict[str,
 
 
 def load_seed(seed_dir: Path) -> list[ItemSpec]:
-    """Every item of `seed_dir`, validated and with targets evaluated.
+    """Every item of `seed_dir`, validated and with targets evaluated; each code item carries its
+    entry of `code_domains.toml` (`ItemSpec.hidden_domain`, part of its content hash).
 
     Raises `SeedError` listing every problem found (file, item id, field, message).
     """
@@ -379,4 +381,8 @@ def load_seed(seed_dir: Path) -> list[ItemSpec]:
                                         f"{spec.counterpart!r} is not a chapter 1-8 item"))
     if issues:
         raise SeedError(issues)
+    domains = load_domains(seed_dir)
+    for spec in items:
+        if spec.grader == "code" and domains is not None:
+            spec.hidden_domain = domains.fingerprint(spec.id)
     return items

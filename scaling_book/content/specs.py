@@ -85,6 +85,9 @@ class ItemSpec:
     reference_function: str | None = None
     reference_source: str | None = None
     tests: list[CodeTestSpec] = field(default_factory=list)
+    hidden_domain: dict[str, Any] | None = None
+    """A code item's entry in `seed/code_domains.toml` (`Domains.fingerprint`), from which its hidden
+    test cases are drawn; None for other items (and code items without hidden cases)."""
 
     @property
     def split(self) -> str:
@@ -95,7 +98,8 @@ class ItemSpec:
         return "code" if self.grader == "code" else "qa"
 
     def content_hash(self) -> str:
-        """sha256 of everything a model sees or a grader uses: changes whenever the item changes."""
+        """sha256 of everything a model sees or a grader uses: changes whenever the item changes (for a
+        code item, also when its domain in `seed/code_domains.toml`, which draws its hidden tests, does)."""
         payload = {
             "id": self.id, "chapter": self.chapter, "section": self.section, "grader": self.grader,
             "question": self.question, "tolerance": self.tolerance, "targets": self.targets,
@@ -105,5 +109,7 @@ class ItemSpec:
             "code_signature": self.code_signature, "code_docstring": self.code_docstring,
             "code_compare": self.code_compare, "tests": [[t.args, t.expected] for t in self.tests],
         }
+        if self.hidden_domain is not None:  # what the hidden tests are drawn from grades the item too
+            payload["hidden_domain"] = self.hidden_domain
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(blob.encode()).hexdigest()

@@ -54,6 +54,11 @@ def registry() -> pint.UnitRegistry:
 _UNIT_TEXT = re.compile(r"^[A-Za-zµμ%]+(?:\s*(?:/|\*|·|\s|\bper\b)\s*[A-Za-zµμ%]+)*$")
 
 
+# What pint is given: unit names joined by single "/" or "*", at most _MAX_FACTORS names.
+_PINT_EXPR = re.compile(r"[A-Za-zµμ]+(?:[/*][A-Za-zµμ]+)*")
+_MAX_FACTORS = 8
+
+
 def _to_pint_syntax(text: str) -> str:
     t = text.strip().replace("·", "*").replace("%", " percent ")
     t = re.sub(r"\bper\s+cent\b", "percent", t)
@@ -71,11 +76,18 @@ def parse_unit(text: str) -> pint.Unit:
     t = text.strip()
     if not t or not _UNIT_TEXT.match(t):
         raise UnitError(f"unknown unit {text!r}")
+    expr = _to_pint_syntax(t)
+    # pint's parser asserts (AssertionError) on a dangling operator ("tokens per" -> "tokens/") and
+    # recurses once per factor: only names joined by single operators, and few of them, reach it
+    if not _PINT_EXPR.fullmatch(expr):
+        raise UnitError(f"unknown unit {text!r} (an operator without a unit on both sides)")
+    if len(re.findall(r"[/*]", expr)) >= _MAX_FACTORS:
+        raise UnitError(f"unknown unit {text[:80]!r} (more than {_MAX_FACTORS} factors)")
     try:
-        unit = registry().parse_units(_to_pint_syntax(t))
-    except (pint.errors.UndefinedUnitError, pint.errors.DefinitionSyntaxError, AttributeError,
-            TypeError, ValueError, SyntaxError) as exc:
-        raise UnitError(f"unknown unit {text!r} ({type(exc).__name__})") from None
+        unit = registry().parse_units(expr)
+    except (pint.errors.PintError, AttributeError, TypeError, ValueError, SyntaxError, AssertionError,
+            RecursionError) as exc:
+        raise UnitError(f"unknown unit {text[:80]!r} ({type(exc).__name__})") from None
     return unit
 
 

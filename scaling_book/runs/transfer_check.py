@@ -4,7 +4,8 @@ under one transfer-check record, and compute the report of `scaling_book.runs.ga
 The record is committed as `running` first; it becomes `complete` (with every figure of the report
 and the truncated rollouts of each half) only when both runs completed, `interrupted` when a signal
 stopped a half (resume it with `resume_check_id`: complete halves are kept, the interrupted one
-resumes, a missing one starts), and `failed` otherwise. History views show complete checks only.
+resumes, a missing one starts; the variant half of a `--variants K` check too, with the K stored on
+the check), and `failed` otherwise. History views show complete checks only.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from scaling_book.runs.recording import stored_outcomes
 from scaling_book.runs.runner import (
     EvalRequest,
     EvalSummary,
+    MissingExport,
     dataset_hash_of,
     run_and_record,
 )
@@ -79,11 +81,36 @@ def check_runs(factory, check_id: int) -> dict[str, EvalRun]:
         return {run.config: run for run in runs}
 
 
+def _combined_hashes(request: EvalRequest, ks: range) -> dict[int, str]:
+    """{K: the check's dataset hash} for each K in `ks`: both halves' exports, and for K > 0 the variant
+    export and K. Raises `MissingExport`."""
+    combined = "\n".join(dataset_hash_of(request.export_dir, half) for half in HALVES)
+    variant_hash = dataset_hash_of(request.export_dir, VARIANT_HALF) if any(ks) else ""
+    return {k: hashlib.sha256((combined + (f"\n{variant_hash}:{k}" if k else "")).encode()).hexdigest() for k in ks}
+
+
+def _combined_hash(request: EvalRequest, variants: int) -> str:
+    return _combined_hashes(request, range(variants, variants + 1))[variants]
+
+
+def started_variants(check: TransferCheck, request: EvalRequest, most: int = 100) -> int:
+    """The K (`--variants`) transfer check `check` was started with: stored on it since it is created; for a check created before
+    that, the K (up to `most`) whose combined hash is the check's; 0 when none is."""
+    if check.variants_per_item:
+        return check.variants_per_item
+    try:
+        by_k = _combined_hashes(request, range(1, most + 1))
+    except MissingExport:
+        return 0
+    return next((k for k, digest in by_k.items() if digest == check.dataset_hash), 0)
+
+
 def run_transfer_check(request: EvalRequest, db_url: str | None = None,
                        console: Console | None = None, resume_check_id: int | None = None,
                        variants: int = 0) -> TransferCheckResult:
     """Evaluate `request` (its `config` is ignored) on train and heldout and store the transfer check;
-    with `resume_check_id`, finish that interrupted check instead (same request, as stored).
+    with `resume_check_id`, finish that interrupted check instead (same request, as stored; every half
+    it had, the variant half with the K it was started with: `variants` 0 reads it from the check).
     With `variants` = K > 0, also evaluate the first K exported variants of every parametric train
     item (config `train_variants`) and store the memorisation gap: original minus variant accuracy
     over those items, with a paired interval.
@@ -93,11 +120,7 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None,
     """
     from scaling_book.runs.resume import ResumeRefused
 
-    hashes = {half: dataset_hash_of(request.export_dir, half) for half in HALVES}
-    combined = f"{hashes['train']}\n{hashes['heldout']}"
-    if variants:
-        combined += f"\n{dataset_hash_of(request.export_dir, VARIANT_HALF)}:{variants}"
-    combined_hash = hashlib.sha256(combined.encode()).hexdigest()
+    combined_hash = _combined_hash(request, variants)
     upgrade_to_head(db_url)
     engine = make_engine(db_url)
     factory = make_session_factory(engine)
@@ -111,7 +134,7 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None,
                     sampling_json=json.dumps({"rollouts_per_item": request.rollouts_per_item,
                                               "max_concurrent": request.max_concurrent,
                                               **request.stored_sampling()}, sort_keys=True),
-                    status="running",
+                    status="running", variants_per_item=variants or None,
                 )
                 session.add(check)
                 session.flush()
@@ -123,28 +146,28 @@ def run_transfer_check(request: EvalRequest, db_url: str | None = None,
                 if check is None or check.status not in ("interrupted", "running"):
                     raise ResumeRefused(f"transfer check {check_id} is "
                                         f"{'unknown' if check is None else check.status}; nothing to resume")
+                variants = variants or started_variants(check, request)
+                combined_hash = _combined_hash(request, variants)
                 if check.dataset_hash != combined_hash:
                     raise ResumeRefused(f"the export changed since transfer check {check_id} started")
             existing = check_runs(factory, check_id)
             _set_status(factory, check_id, "running", None)
         runs: dict[str, EvalSummary] = {}
+        halves = {half: replace(request, config=half) for half in HALVES}
+        if variants:
+            halves[VARIANT_HALF] = replace(request, config=VARIANT_HALF,
+                                           taskset_options={**request.taskset_options, "variants_per_item": variants})
         try:
-            for half in HALVES:
+            for half, half_request in halves.items():
                 previous = existing.get(half)
                 if previous is not None and previous.status == "complete":
                     rows = stored_outcomes(factory, previous.id)
                     runs[half] = EvalSummary(previous.id, "complete", None, len(rows), 0.0, rows, len(rows))
                     continue
-                runs[half] = run_and_record(replace(request, config=half), db_url=db_url, console=console,
-                                            transfer_check_id=check_id,
+                runs[half] = run_and_record(half_request, db_url=db_url, console=console, transfer_check_id=check_id,
                                             resume_run_id=None if previous is None else previous.id)
                 if runs[half].status != "complete":
-                    break   # the check has failed or stopped: do not spend the other half's rollouts
-            if variants and all(run.status == "complete" for run in runs.values()):
-                variant_request = replace(request, config=VARIANT_HALF,
-                                          taskset_options={**request.taskset_options, "variants_per_item": variants})
-                runs[VARIANT_HALF] = run_and_record(variant_request, db_url=db_url, console=console,
-                                                    transfer_check_id=check_id)
+                    break   # the check has failed or stopped: do not spend the other halves' rollouts
         except KeyboardInterrupt:
             _set_status(factory, check_id, "interrupted", "interrupted")
             raise
