@@ -183,3 +183,16 @@ def test_a_code_items_hash_covers_its_hidden_test_domain(tmp_path: Path) -> None
     domains.write_text(text.replace("\ncases = 50 ", "\ncases = 49 "))
     code_ids = {item_id for item_id, (grader, _) in before.items() if grader == "code"}
     assert len(code_ids) == 24 and _changed(before, _hashes(seed_dir)) == code_ids
+
+
+def test_a_code_items_hash_covers_its_reference_module(tmp_path: Path) -> None:
+    # The hidden tests' expected values are what the reference computes: editing the module (here
+    # only a comment, which a hash cannot tell from a change of behaviour) changes the hash of every
+    # code item whose reference lives in it, and of no other item.
+    seed_dir = tmp_path / "seed"
+    shutil.copytree(SEED_DIR, seed_dir)
+    before = _hashes(seed_dir)
+    module = seed_dir / "reference_solutions" / "ch01.py"
+    module.write_text(module.read_text() + "\n# edited\n")
+    ch01_code = {i for i, (grader, _) in before.items() if grader == "code" and i.startswith("ch01-")}
+    assert ch01_code and _changed(before, _hashes(seed_dir)) == ch01_code

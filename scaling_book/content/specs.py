@@ -99,7 +99,8 @@ class ItemSpec:
 
     def content_hash(self) -> str:
         """sha256 of everything a model sees or a grader uses: changes whenever the item changes (for a
-        code item, also when its domain in `seed/code_domains.toml`, which draws its hidden tests, does)."""
+        code item, also when its domain in `seed/code_domains.toml`, which draws its hidden tests, or its
+        reference module in `seed/reference_solutions/`, which computes their expected values, does)."""
         payload = {
             "id": self.id, "chapter": self.chapter, "section": self.section, "grader": self.grader,
             "question": self.question, "tolerance": self.tolerance, "targets": self.targets,
@@ -111,5 +112,7 @@ class ItemSpec:
         }
         if self.hidden_domain is not None:  # what the hidden tests are drawn from grades the item too
             payload["hidden_domain"] = self.hidden_domain
+        if self.reference_source is not None:  # and their expected values are what its module computes
+            payload["reference_source"] = self.reference_source
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(blob.encode()).hexdigest()
