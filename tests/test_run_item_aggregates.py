@@ -132,3 +132,29 @@ def test_the_immutability_trigger_survives_the_later_table_rebuilds(tmp_path: Pa
     assert database.execute("SELECT tbl_name FROM sqlite_master WHERE type = 'trigger' AND name = "
                             "'run_item_aggregates_immutable'").fetchall() == [("run_item_aggregates",)]
     database.close()
+
+
+def test_aggregates_are_immutable_on_every_back_end(store_url: str) -> None:
+    # SQLite (trigger of 0006) and PostgreSQL (trigger of 0009): an UPDATE is refused, a DELETE of
+    # the run cascades to its aggregates.
+    import sqlalchemy as sa
+
+    from scaling_book.store.engine import make_engine, make_session_factory
+    from scaling_book.store.migrate import upgrade_to_head
+
+    upgrade_to_head(store_url)
+    engine = make_engine(store_url)
+    try:
+        factory = make_session_factory(engine)
+        run_id = _start(factory)
+        finish_run(factory, run_id, ROWS, VERSIONS)
+        with pytest.raises(sa.exc.DBAPIError, match="immutable"), engine.begin() as connection:
+            connection.execute(sa.text("UPDATE run_item_aggregates SET mean_exact = 1.0 WHERE run_id = :r"),
+                               {"r": run_id})
+        with engine.begin() as connection:
+            count = sa.text("SELECT COUNT(*) FROM run_item_aggregates WHERE run_id = :r")
+            assert connection.execute(count, {"r": run_id}).scalar_one() == len(EXPECTED)
+            connection.execute(sa.text("DELETE FROM eval_runs WHERE id = :r"), {"r": run_id})
+            assert connection.execute(count, {"r": run_id}).scalar_one() == 0
+    finally:
+        engine.dispose()
