@@ -126,7 +126,7 @@ def check(base_url: str, export: Path, rollouts: int, concurrency: int, db_dir: 
     quiet = Console(file=open(os.devnull, "w"))
 
     def run() -> None:
-        result = run_transfer_check(request, db_url=db, seed=0, console=quiet)
+        result = run_transfer_check(request, db_url=db, console=quiet)
         if result.status != "complete":
             raise SystemExit(f"the transfer check failed: {result.error}")
     return timed(run)

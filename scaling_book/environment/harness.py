@@ -8,7 +8,9 @@ server forwards the request to the model endpoint the run was given, imposes the
 sampling settings, and records the reply on the trace, which is what the taskset scores.
 Nothing is installed, nothing runs in the runtime, and no other host is contacted. Every rollout
 on one event loop posts through the same HTTP client (its connection pool, TLS context and
-transport are built once), closed by `close_clients()` when the env stops serving.
+transport are built once), closed by `close_clients()` when the env stops serving. The client is
+aiohttp's (the library verifiers' interception server runs on): a POST costs about a third of the
+client CPU of httpx's (0.8 vs 2.7 ms against the same local server, measured for issue 17).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import random
 import ssl
 import weakref
 
-import httpx
+import aiohttp
 import verifiers.v1 as vf
 from verifiers.v1.dialects.chat import message_to_wire
 
@@ -34,23 +36,23 @@ a retried request that already committed a turn is answered from the record, not
 
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
-    """One TLS context for every rollout: building one loads the CA bundle (~80 ms), which httpx
-    would otherwise do per client, i.e. per rollout, even for a plain-http local endpoint."""
+    """One TLS context for every rollout: building one loads the CA bundle (~80 ms), which a client
+    would otherwise do for itself, i.e. per rollout, even for a plain-http local endpoint."""
     return ssl.create_default_context()
 
 
-_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = weakref.WeakKeyDictionary()
 """The shared client of each running event loop (a client cannot outlive or change its loop)."""
 
 
-def _client() -> httpx.AsyncClient:
+def _client() -> aiohttp.ClientSession:
     """This event loop's shared client, made on first use. No cap on connections: the run's
     concurrency (`max_concurrent`, verifiers' slots) is what bounds the requests in flight."""
     loop = asyncio.get_running_loop()
     client = _CLIENTS.get(loop)
-    if client is None or client.is_closed:
-        client = httpx.AsyncClient(verify=_tls_context(), trust_env=False,
-                                   limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+    if client is None or client.closed:
+        client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=_tls_context()),
+                                       trust_env=False)
         _CLIENTS[loop] = client
     return client
 
@@ -59,7 +61,7 @@ async def close_clients() -> None:
     """Close the running event loop's shared client, if it has one (the next rollout makes a new one)."""
     client = _CLIENTS.pop(asyncio.get_running_loop(), None)
     if client is not None:
-        await client.aclose()
+        await client.close()
 
 
 class ScalingBookHarnessConfig(vf.HarnessConfig):
@@ -107,7 +109,7 @@ class ScalingBookHarness(vf.Harness[ScalingBookHarnessConfig]):
         """POST `body` with retries; the reply itself is read off the trace, not from here.
         Errors are plain exceptions: verifiers files them under the harness boundary, or under
         the provider when the interception server recorded the upstream failure behind them."""
-        timeout = httpx.Timeout(None, connect=self.config.connect_timeout_s)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout_s)
         headers = {"Authorization": f"Bearer {secret}"}
         # The loop's shared client (not closed here: `close_clients()` does when serving stops).
         async with contextlib.nullcontext(_client()) as client:
@@ -116,20 +118,20 @@ class ScalingBookHarness(vf.Harness[ScalingBookHarnessConfig]):
                     headers[RETRY_COUNT_HEADER] = str(attempt)
                 last = attempt == self.config.max_retries
                 try:
-                    response = await client.post(url, json=body, headers=headers, timeout=timeout)
-                except httpx.TransportError as error:
+                    async with client.post(url, json=body, headers=headers, timeout=timeout) as response:
+                        payload = await response.read()   # read whole, so the connection is reused
+                        status = response.status
+                except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError) as error:
                     if last:
                         raise ConnectionError(
                             f"could not reach the interception endpoint {url}: {error!r}"
                         ) from error
                 else:
-                    if response.status_code < 400:
+                    if status < 400:
                         return
-                    if last or response.status_code not in RETRY_STATUS_CODES:
-                        raise RuntimeError(
-                            f"chat completion failed with HTTP {response.status_code}: "
-                            f"{response.text[:2000]}"
-                        )
+                    if last or status not in RETRY_STATUS_CODES:
+                        raise RuntimeError(f"chat completion failed with HTTP {status}: "
+                                           f"{payload[:2000].decode(errors='replace')}")
                 await asyncio.sleep(min(0.5 * 2**attempt, 8.0) * (0.5 + random.random()))
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import case, func, insert, select
+from sqlalchemy import case, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from scaling_book.store.tracking import EvalRun, RolloutResult, RunItemAggregate
@@ -136,12 +136,15 @@ def _write_aggregates(session: Session, run_id: int) -> None:
 
 def _add_rollouts(session: Session, run_id: int, rollouts: list[RolloutOutcome],
                   item_versions: dict[str, tuple]) -> None:
-    """Add `rollouts` of run `run_id`. `item_versions[item id]` is (content hash, split) or, for a
-    counterfactual variant, (content hash, split, parent item id, variant seed, drawn inputs JSON)."""
+    """Add `rollouts` of run `run_id`, in order, in one table-level INSERT (no ORM objects: this
+    runs once per finished rollout). `item_versions[item id]` is (content hash, split) or, for a
+    counterfactual variant, (content hash, split, parent item id, variant seed, drawn inputs JSON).
+    Raises KeyError, before writing anything, for an item missing from `item_versions`."""
+    values = []
     for row in rollouts:
         content_hash, split, *variant = item_versions[row.item_id]
         parent, seed, inputs = (variant + [None, None, None])[:3]
-        session.add(RolloutResult(
+        values.append(dict(
             run_id=run_id, item_id=row.item_id, item_content_hash=content_hash,
             grader=row.grader, split=split, rollout_index=row.rollout_index,
             status=row.status, correctness=_finite_unit(row.correctness), format=_finite_unit(row.format),
@@ -150,6 +153,14 @@ def _add_rollouts(session: Session, run_id: int, rollouts: list[RolloutOutcome],
             reasoning=row.reasoning, reasoning_chars=row.reasoning_chars,
             parent_item_id=parent, variant_seed=seed, variant_inputs_json=inputs,
         ))
+    if values:
+        session.execute(insert(RolloutResult.__table__), values)
+
+
+def _touch(session: Session, run_id: int) -> None:
+    """Refresh the heartbeat of run `run_id` with one UPDATE (the run row is not loaded)."""
+    runs = EvalRun.__table__
+    session.execute(update(runs).where(runs.c.id == run_id).values(heartbeat_at=datetime.now(UTC)))
 
 
 def record_rollouts(factory: sessionmaker[Session], run_id: int, rollouts: Iterable[RolloutOutcome],
@@ -159,13 +170,13 @@ def record_rollouts(factory: sessionmaker[Session], run_id: int, rollouts: Itera
     index) already stored (nothing is written then)."""
     with factory() as session, session.begin():
         _add_rollouts(session, run_id, list(rollouts), item_versions)
-        session.get(EvalRun, run_id).heartbeat_at = datetime.now(UTC)
+        _touch(session, run_id)
 
 
 def heartbeat(factory: sessionmaker[Session], run_id: int) -> None:
     """Refresh the heartbeat of running run `run_id`."""
     with factory() as session, session.begin():
-        session.get(EvalRun, run_id).heartbeat_at = datetime.now(UTC)
+        _touch(session, run_id)
 
 
 def stored_outcomes(factory: sessionmaker[Session], run_id: int) -> list[RolloutOutcome]:

@@ -212,17 +212,17 @@ async def _evaluate(*, config: str, model: str, base_url: str, api_key_var: str,
         async with env.serving():
             running.extend(asyncio.create_task(one(*entry)) for entry in planned)
             stopped = asyncio.create_task(stop.wait())
-            if running:
-                await asyncio.wait([*running, stopped], return_when=asyncio.FIRST_COMPLETED)
-                while not stop.is_set() and not all(task.done() for task in running):
-                    await asyncio.wait([*running, stopped], return_when=asyncio.FIRST_COMPLETED)
+            # One future for all rollouts: waiting on the list of rollouts after each one finished
+            # re-armed a callback on every rollout each time, quadratic in the rollout count.
+            all_done = asyncio.gather(*running, return_exceptions=True)
+            await asyncio.wait([all_done, stopped], return_when=asyncio.FIRST_COMPLETED)
             if stop.is_set():
                 pending = [task for task in running if not task.done()]
                 if pending:
                     await asyncio.wait(pending, timeout=INTERRUPT_GRACE_S)
                 for task in running:
                     task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
+            await all_done
             stopped.cancel()
     finally:
         beating.cancel()
