@@ -12,8 +12,13 @@ the CPU figures below are this process's alone. Against it, in this one process:
   client CPU per rollout is the least-squares slope of CPU over rollouts, for both the check and
   the floor; the target is a ratio <= 3x.
 - the same check at 4 rollouts per item with the gold policy (every item answered correctly from
-  its key, so every code item runs in the sandbox and every formula goes to sympy): wall within
-  10% of the reply-only wall is the target (grading does not hold up the requests).
+  its key, so every code item runs in the sandbox and every formula goes to sympy), interleaved in
+  pairs with the same replies defaced (answer tags and code fences broken: the same bytes to carry
+  and store, nothing to grade): wall within 10% of the ungraded wall is the target (grading does not
+  hold up the requests). The gold replies are longer than the one-line reply of the slope runs (a
+  code item's reply is a reference module), so comparing with those would charge the cost of
+  carrying longer messages to grading. The machine's busy cores during each (from /proc/stat) say whether
+  the two were competing for CPU.
 
 Imports are paid once, before anything is timed. Start-up is reported on its own, with and
 without bytecode caches (this machine sets PYTHONDONTWRITEBYTECODE=1, so a fresh `python` compiles
@@ -50,6 +55,11 @@ def _serve(export: str, policy_name: str, port_queue) -> None:
 
     if policy_name == "gold":
         policy = Oracle(read_export_rows(Path(export), "all"))
+    elif policy_name == "gold-defaced":
+        oracle = Oracle(read_export_rows(Path(export), "all"))
+
+        def policy(messages):
+            return deface(oracle(messages))
     else:
         def policy(messages):
             return REPLY_ONLY
@@ -57,6 +67,12 @@ def _serve(export: str, policy_name: str, port_queue) -> None:
     port_queue.put(server.port)
     while True:
         time.sleep(3600)
+
+
+def deface(reply: str) -> str:
+    """The gold reply with its answer block and code fences broken: the same bytes for the client to
+    carry and store, nothing for a grader to grade (the floor of the gold policy's wall time)."""
+    return reply.replace("<answer>", "<answr>").replace("</answer>", "</answr>").replace("`", "~")
 
 
 class Server:
@@ -102,11 +118,29 @@ async def _bare(base_url: str, bodies: list[dict], concurrency: int) -> None:
         await asyncio.gather(*(one(body) for body in bodies))
 
 
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (every core, every process) since boot, from
+    /proc/stat (NaN where there is none)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return float("nan")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+LAST_BUSY_CORES = [float("nan")]  # machine-wide busy cores during the last `timed` call
+
+
 def timed(fn) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process) of `fn()`."""
-    wall, cpu = time.perf_counter(), time.process_time()
+    """(wall seconds, CPU seconds of this process) of `fn()`; the machine's mean number of busy cores
+    meanwhile goes to LAST_BUSY_CORES[0]."""
+    wall, cpu, busy = time.perf_counter(), time.process_time(), machine_busy_s()
     fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
+    wall = time.perf_counter() - wall
+    LAST_BUSY_CORES[0] = (machine_busy_s() - busy) / wall
+    return wall, time.process_time() - cpu
 
 
 def bare(base_url: str, export: Path, rollouts: int, concurrency: int) -> tuple[float, float]:
@@ -160,6 +194,7 @@ def main() -> None:
     parser.add_argument("--export", type=Path, default=REPO_ROOT / "build" / "export")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rollouts", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--pairs", type=int, default=3, help="gold/reply-only pairs at 4 rollouts per item")
     args = parser.parse_args()
     if not (args.export / "manifest.json").is_file():
         sys.exit(f"no export under {args.export}: run `uv run scaling-book build` first")
@@ -191,12 +226,23 @@ def main() -> None:
               f" {ratio:.1f}x (target <= 3x: {'met' if ratio <= 3 else 'missed'})")
         if reply_wall is None:
             return
-        with Server(args.export, "gold") as server:
-            gold_wall, gold_cpu = check(server.base_url, args.export, 4, args.concurrency, db_dir)
-        ratio = gold_wall / reply_wall
-        print(f"4 rollouts/item, gold policy {gold_wall:.2f} s wall ({gold_cpu:.2f} s CPU) vs reply-only"
-              f" {reply_wall:.2f} s: {ratio:.2f}x (target <= 1.10x: {'met' if ratio <= 1.10 else 'missed'})")
-
+        # Gold policy against the same replies defaced (nothing graded), interleaved in pairs (load
+        # hits both alike), medians.
+        gold, reply, busy_gold, busy_reply = [], [], [], []
+        with Server(args.export, "gold") as gold_server, Server(args.export, "gold-defaced") as reply_server:
+            check(gold_server.base_url, args.export, 1, args.concurrency, db_dir)  # sandboxes and sympy warm
+            for _ in range(args.pairs):
+                reply.append(check(reply_server.base_url, args.export, 4, args.concurrency, db_dir)[0])
+                busy_reply.append(LAST_BUSY_CORES[0])
+                gold.append(check(gold_server.base_url, args.export, 4, args.concurrency, db_dir)[0])
+                busy_gold.append(LAST_BUSY_CORES[0])
+        ratio = statistics.median(g / r for g, r in zip(gold, reply))
+        print(f"4 rollouts/item, gold policy vs the same replies defaced (ungraded), {args.pairs} interleaved"
+              f" pairs: median wall"
+              f" {statistics.median(gold):.2f} s vs {statistics.median(reply):.2f} s, paired ratio {ratio:.2f}x"
+              f" (target <= 1.10x: {'met' if ratio <= 1.10 else 'missed'}); machine busy"
+              f" {statistics.median(busy_gold):.2f} vs {statistics.median(busy_reply):.2f} of"
+              f" {os.cpu_count()} cores (the grading process, the local server, sandboxes, the sympy worker)")
 
 if __name__ == "__main__":
     main()
