@@ -84,6 +84,8 @@ def bench_code(rows: list[dict], repeats: int) -> None:
         grade(info, response, allow_code_execution="unisolated")
         return time.perf_counter() - start
 
+    print("  (the rlimit row opts in to running code without isolation for this measurement only: the"
+          " UNISOLATED warning it prints is expected)", flush=True)
     try:
         for _, mode, warm in kinds:  # warm-up: the warm sandbox's server starts here
             grade_as(mode, warm)
@@ -110,14 +112,15 @@ def bench_code(rows: list[dict], repeats: int) -> None:
           f"{repeats}, interleaved)")
     for label, mode, warm in kinds:
         per = statistics.median(graded[label])
-        target = "target <= 1.0x" if warm else "no target; its floor below" if mode == "bwrap" else "unisolated"
+        target = ("target <= 1.0x" if warm else "no target; its floor, bwrap alone, is below" if mode == "bwrap"
+                  else "not a sandbox")
         print(f"  {label:30s}: {per * 1000:6.1f} ms per submission; ratio to bare {per / bare:.2f}x ({target})")
     if ns_s:
         ns = statistics.median(ns_s)
         binary = isolation.bwrap_binary()
         print(f"  floor of a per-submission sandbox: the same bwrap command running `-c pass` alone "
               f"{ns * 1000:5.1f} ms ({ns / bare:.2f}x bare) [{binary.label} at {binary.path}]"
-              f"{'; per-run uid' if root else ''}")
+              f"{'; as root, each submission runs under a uid of its own' if root else ''}")
 
 
 def bench_formula(rows: list[dict]) -> None:
@@ -175,8 +178,10 @@ def bench_numeric(rows: list[dict], seconds: float = 2.0) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--export", type=Path, default=REPO_ROOT / "build" / "export")
-    parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--export", type=Path, default=REPO_ROOT / "build" / "export",
+                        help="the export to grade items of (default: build/export)")
+    parser.add_argument("--repeats", type=int, default=40,
+                        help="measurements per code-grading row, interleaved; medians are printed (default: 40)")
     parser.add_argument("--only", choices=["code", "formula", "numeric"], default=None,
                         help="run one benchmark only")
     args = parser.parse_args()

@@ -75,6 +75,8 @@ class FakeOpenAI:
     requests: list[Request] = field(default_factory=list)
     api_key: str | None = None
     served_models: list[str] = field(default_factory=list)
+    listen_port: int = 0
+    """The port to listen on (0: a free one)."""
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -142,7 +144,7 @@ class FakeOpenAI:
                 else:
                     self._json(200, completion)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.listen_port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -312,3 +314,36 @@ def read_export_rows(export: Path, config: str) -> list[dict[str, Any]]:
     for file in sorted((export / config).glob("*.parquet")):
         rows.extend(pq.read_table(file).to_pylist())
     return rows
+
+
+def main() -> None:
+    """Serve a scripted policy until interrupted, to try `eval`, `transfer-check` and the run history
+    without a model: `uv run python tests/fake_openai.py --policy gold --port 8000`."""
+    import argparse
+    import time
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--policy", choices=["gold", "wrong"], default="gold",
+                        help="gold: every item answered from its key; wrong: every item answered wrongly in "
+                             "the right format (default: gold)")
+    parser.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (default: 8000)")
+    parser.add_argument("--export", type=Path, default=Path(__file__).resolve().parent.parent / "build" / "export",
+                        help="the export the items come from (default: build/export)")
+    args = parser.parse_args()
+    if not (args.export / "all").is_dir():
+        raise SystemExit(f"no export under {args.export}: run `uv run scaling-book build` first")
+    rows = read_export_rows(args.export, "all") + read_export_rows(args.export, "train_variants") + \
+        read_export_rows(args.export, "heldout_variants")
+    policy = (Oracle if args.policy == "gold" else Wrong)(rows)
+    server = FakeOpenAI(policy, listen_port=args.port).start()
+    print(f"scripted {args.policy} policy at {server.base_url} (any model name, any API key); Ctrl-C stops it",
+          flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

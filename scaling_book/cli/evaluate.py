@@ -141,7 +141,7 @@ def eval_command(
     model: Annotated[str, typer.Option("--model", "-m", help="Model name sent to the endpoint.")],
     base_url: Annotated[str, typer.Option("--base-url", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")],
     api_key_var: Annotated[str, typer.Option("--api-key-var", help="Name of the environment variable holding the API key.")] = "OPENAI_API_KEY",
-    config: Annotated[str, typer.Option("--config", help="Config to evaluate: qa, code, train, heldout_qa, heldout_code, heldout, all.")] = "train",
+    config: Annotated[str, typer.Option("--config", help="Config to evaluate: qa, code, train, heldout_qa, heldout_code, heldout, all, train_variants, heldout_variants.")] = "train",
     rollouts: Annotated[int, typer.Option("--rollouts", "-r", min=1, help="Rollouts per item.")] = 1,
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint label stored with the run.")] = None,
     step: Annotated[Optional[int], typer.Option("--step", help="Training step stored with the run.")] = None,
