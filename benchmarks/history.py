@@ -61,7 +61,7 @@ def record_real_check(export: Path, db_url: str, rollouts: int) -> None:
     with FakeOpenAI(policy) as server:
         request = EvalRequest(model="M", base_url=server.base_url, api_key_var=API_KEY_VAR, config="train",
                               export_dir=export, rollouts_per_item=rollouts, step=100, max_concurrent=8)
-        result = run_transfer_check(request, db_url=db_url, seed=0, console=Console(file=open(os.devnull, "w")))
+        result = run_transfer_check(request, db_url=db_url, console=Console(file=open(os.devnull, "w")))
     if result.status != "complete":
         sys.exit(f"the transfer check failed: {result.error}")
 

@@ -46,8 +46,10 @@ def transfer_history(factory: sessionmaker[Session], model: str | None = None) -
     with factory() as session:
         rows = session.execute(text(sql), {"model": model} if model else {}).mappings().all()
         isolation: dict[int, set[str]] = {}
+        # a check's runs are its model's (ix_eval_runs_model_step): the query stays the model's size
         for check_id, label in session.execute(text(
-                "SELECT transfer_check_id, isolation FROM eval_runs WHERE transfer_check_id IS NOT NULL")):
+                "SELECT transfer_check_id, isolation FROM eval_runs WHERE transfer_check_id IS NOT NULL"
+                + (" AND model = :model" if model else "")), {"model": model} if model else {}):
             isolation.setdefault(check_id, set()).add(label or "unknown")
     return [
         CheckpointRow(
