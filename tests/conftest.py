@@ -70,3 +70,27 @@ def store_url(request, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.sqlite'}"
     return request.getfixturevalue("postgres_server").new_database()
+
+
+@pytest.fixture(scope="module")
+def export_infos(request) -> dict[str, dict]:
+    """Every exported item's `info`, by item id: from `build/export` when it exists (fast), else
+    from the session's own build."""
+    import pyarrow.parquet as pq
+
+    files = sorted((Path(__file__).resolve().parent.parent / "build" / "export" / "all").glob("*.parquet"))
+    rows = ([row for f in files for row in pq.read_table(f).to_pylist()] if files
+            else request.getfixturevalue("exported_rows"))
+    return {row["info"]["item_id"]: row["info"] for row in rows}
+
+
+@pytest.fixture
+def sandbox_kind(request, monkeypatch):
+    """Parametrized indirectly with True (the warm sandbox) or False (a bwrap per submission): sets
+    `SCALING_BOOK_WARM_SANDBOX` and starts and ends with no warm sandbox on this thread."""
+    from scaling_book.grading.sandbox import warm
+
+    monkeypatch.setenv("SCALING_BOOK_WARM_SANDBOX", "1" if request.param else "0")
+    warm.close_this_thread()
+    yield request.param
+    warm.close_this_thread()

@@ -22,14 +22,6 @@ pytestmark = pytest.mark.skipif(isolation_mode() != "bwrap", reason="bubblewrap 
 WARM = [pytest.param(True, id="warm"), pytest.param(False, id="per-submission")]
 
 
-@pytest.fixture
-def sandbox_kind(request, monkeypatch):
-    monkeypatch.setenv("SCALING_BOOK_WARM_SANDBOX", "1" if request.param else "0")
-    warm.close_this_thread()
-    yield request.param
-    warm.close_this_thread()
-
-
 def run(src: str, *args):
     r = run_function(src, "f", [list(args)], 20, mode="bwrap")
     assert r.status == "ok", r.detail

@@ -11,26 +11,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from test_warm_sandbox import WARM, run
 
-from scaling_book.grading.sandbox import isolation_mode, run_function, warm
+from scaling_book.grading.sandbox import isolation_mode, warm
 
 pytestmark = pytest.mark.skipif(isolation_mode() != "bwrap", reason="bubblewrap not available")
-
-WARM = [pytest.param(True, id="warm"), pytest.param(False, id="per-submission")]
-
-
-@pytest.fixture
-def sandbox_kind(request, monkeypatch):
-    monkeypatch.setenv("SCALING_BOOK_WARM_SANDBOX", "1" if request.param else "0")
-    warm.close_this_thread()
-    yield request.param
-    warm.close_this_thread()
-
-
-def run(src: str, *args):
-    r = run_function(src, "f", [list(args)], 20, mode="bwrap")
-    assert r.status == "ok", r.detail
-    return r.values[0]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ submission can cause, the submission runs in a per-submission sandbox instead (`
 from __future__ import annotations
 
 import array
+import fcntl
 import os
 import selectors
 import signal
@@ -161,8 +162,6 @@ class WarmSandbox:
             while data:
                 data = data[os.write(memfd, data):]
             os.lseek(memfd, 0, os.SEEK_SET)
-            import fcntl
-
             fcntl.fcntl(memfd, fcntl.F_ADD_SEALS,
                         fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
             try:
