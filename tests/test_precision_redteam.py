@@ -253,3 +253,38 @@ def test_a_unit_of_several_factors_still_converts():
 
     # 1 GB per ms per chip is 1e9 bytes / 1e-3 s = 1e12 bytes/s, i.e. 1000 GB/s, per chip
     assert conversion("GB per ms per chip", "GB/s/chip").factor == pytest.approx(1000.0)
+
+
+# A fresh red team after the unit-tail fix: digit groups that start with 0 (the European decimal comma,
+# "0,128" is 0.128) and labels that name a scale or another unit than the item's. Each answer denotes a
+# value other than the item's target (or another dimension), so it earns nothing.
+@pytest.mark.parametrize("item_id,written", [
+    ("ch02-v5e-vmem-capacity", "0,128"),                       # 0.128, not 128
+    ("ch01-int8-weights-critical-batch", "0,120.122"),
+    ("ch12-gb200-nvl72-dp-batch", "0 625"),                    # two numbers
+    ("ch02-v5e-vmem-capacity", "0'128"),
+    ("ch01-int8-weights-critical-batch", "0_120.122"),
+    ("ch01-int8-weights-critical-batch", "1_20.122"),          # groups of 3 only
+    ("ch01-int8-weights-critical-batch", "ktokens = 120.122"),  # 120k tokens
+    ("ch01-int8-weights-critical-batch", "GB: 120.122"),        # another dimension
+    ("ch01-int8-weights-critical-batch", "seconds: 120.122"),
+    ("ch01-int8-weights-critical-batch", "N_thousands = 120.122"),
+    ("ch01-int8-weights-critical-batch", "millions: 120.122"),
+    ("ch01-int8-weights-critical-batch", "billion = 120.122"),
+    ("ch01-int8-weights-critical-batch", "value_x1000 = 120.122"),
+    ("ch01-int8-weights-critical-batch", "Answer_in_ms: 120.122"),
+    ("ch07-int8-weight-load-time-4x4", "T_us = 1.41861"),      # microseconds, the item asks for ms
+])
+def test_leading_zero_groups_and_scaled_or_foreign_unit_labels_earn_nothing(items, item_id, written):
+    g = grade(items[item_id], f"Working.\n<answer>{written}</answer>")
+    assert g.correctness == 0.0 and g.reason
+
+
+@pytest.mark.parametrize("item_id,written", [
+    ("ch01-int8-weights-critical-batch", "tokens = 120.122"),   # the item's own unit as a label
+    ("ch01-int8-weights-critical-batch", "B_crit = 120.122"),
+    ("ch12-gb200-nvl72-dp-batch", "625"),
+    ("ch07-int8-weight-load-time-4x4", "T_flops = 1.41861"),  # a subscript of another dimension names it
+])
+def test_labels_in_the_items_own_unit_still_pay(items, item_id, written):
+    assert grade(items[item_id], f"Working.\n<answer>{written}</answer>").correctness == 1.0

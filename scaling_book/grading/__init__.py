@@ -24,7 +24,7 @@ from scaling_book.grading.extract import extract_answer, extract_code, normalise
 __all__ = ["GRADER_VERSION", "GRADERS", "Grade", "grade", "grade_async"]
 
 #: Bump when grading behaviour changes; stored on every eval run.
-GRADER_VERSION = "2.2.1"
+GRADER_VERSION = "2.2.2"
 
 GRADERS = ("numeric", "numeric_multi", "mcq", "formula", "code")
 

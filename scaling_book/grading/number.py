@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 
 from scaling_book.grading.extract import strip_markup
-from scaling_book.grading.units import conversion
+from scaling_book.grading.units import UnitError, conversion, parse_unit
 
 __all__ = ["NumberParse", "parse_number"]
 
@@ -65,7 +65,10 @@ _LABEL = re.compile(
 _APPROX = re.compile(r"^(?:~|≈|≃|∼|=|about\b|approximately\b|approx\.?|roughly\b|around\b|circa\b|ca\.)\s*",
                      re.I)
 
-_PLAIN = r"(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?:[ ']\d{3})+(?![\d.,])|\d+(?:_\d+)+|\d+)(?:\.\d+)?|\.\d+"
+# Grouped digits (1,234 / 1 234 / 1'234 / 1_234) start with a non-zero group of 1-3 digits and go on in
+# groups of exactly 3: "0,128" is the decimal 0.128 in much of Europe, not 128, and "0 625" is two numbers.
+_PLAIN = (r"(?:[1-9]\d{0,2}(?:,\d{3})+|[1-9]\d{0,2}(?:[ ']\d{3})+(?![\d.,])|[1-9]\d{0,2}(?:_\d{3})+(?![\d_])"
+          r"|\d+)(?:\.\d+)?|\.\d+")
 _TIMES = r"\s*(?:×|x|X|\*|·|⋅)\s*"
 
 
@@ -127,13 +130,42 @@ def _clean(text: str) -> str:
     return t.strip().rstrip(".;,").strip()
 
 
-def _label_refusal(label: re.Match[str]) -> str | None:
+#: Label parts never read as a unit: English words that pint also knows ("in" is an inch).
+_NOT_UNITS = frozenset({"in", "of", "per", "at", "by", "the", "a", "an", "is"})
+
+
+def _unit_in_label(part: str, unit: str, subscript: bool) -> str | None:
+    """Why a label part that names a scale or a unit other than the item's changes what the number
+    means ("ktokens = 120", "GB: 120", "N_thousands = 120", "value_x1000 = 120", "T_us = 5" on an item
+    in seconds), or None. A ``subscript`` (a part after the first) that is a unit of another dimension
+    names the quantity ("T_flops", "t_bytes") and is let through."""
+    low = part.lower()
+    if low in _MULTIPLIER_WORDS or low.rstrip("s") in _MULTIPLIER_WORDS or re.fullmatch(r"[x×e]\d+", low):
+        return f"contains {part!r}, a scale the number would be read without"
+    if len(part) < 2 or low in _NOT_UNITS or low in _NAMING_SUBSCRIPTS:
+        return None
+    try:
+        parse_unit(part)
+    except UnitError:
+        return None  # a name, not a unit
+    factor = conversion(part, unit).factor
+    if factor != 1.0 and not (subscript and factor is None):
+        return f"names the unit {part!r}, not the item's unit {unit or 'ratio'!r}"
+    return None
+
+
+def _label_refusal(label: re.Match[str], unit: str = "") -> str | None:
     """Why a ``name =`` label is not a plain name (None when it is): a word inside parentheses
-    ("B (at least) = 5"), or a part of the name, split on ``_``, that bounds, negates or hedges the value
-    ("at_least = 5", "Wrong: 5", "NOT_5: 5")."""
+    ("B (at least) = 5"), a part of the name, split on ``_``, that bounds, negates or hedges the value
+    ("at_least = 5", "Wrong: 5", "NOT_5: 5"), or one that names a scale or a unit other than the item's
+    ``unit`` ("ktokens = 120" on a tokens item)."""
     name = label.group("name")
     if not name:
         return None
+    for i, part in enumerate(p for p in name.split("_") if p):
+        why = _unit_in_label(part, unit, subscript=i > 0)
+        if why:
+            return why
     args = [a for a in re.split(r"[\s,]+", label.group("args") or "") if a]
     if any(not re.fullmatch(r"[A-Za-z](?:_?[A-Za-z0-9]){0,2}", a) or a.lower() in _REFUSED_LABELS for a in args):
         return "has words in parentheses (a bound or a comment, not a name)"
@@ -170,7 +202,7 @@ def parse_number(text: str, unit: str = "") -> NumberParse:
         label = _LABEL.match(head)
         if not label:
             break
-        refused = _label_refusal(label)
+        refused = _label_refusal(label, unit)
         if refused:
             return _refuse(f"label {label.group(0).strip()!r} {refused}: {t[:80]!r}")
         head = head[label.end():]
